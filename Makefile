@@ -1,0 +1,50 @@
+# airflow-cdc-provider: everything installs itself on a fresh Debian 12 machine (run as root for apt).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+APT_PACKAGES := mariadb-server mariadb-client default-jre-headless libmariadb-java postgresql sysbench
+# Re-install the Python environment only when its inputs change.
+DEPS_STAMP := $(VENV)/.deps-$(shell cat setup.cfg requirements/constraints.txt | sha1sum | cut -c1-12)
+PYTEST_ARGS ?=
+
+.PHONY: help system-deps deps test test-unit demo clean
+
+help:
+	@echo "make demo   - run the example pipeline end to end on the embedded defaults"
+	@echo "make test   - install what is missing, then run the whole test suite"
+	@echo "make test-unit - only the fast tests that need no services"
+
+system-deps:
+	@missing=""; for p in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo ">> installing Debian packages:$$missing"; \
+	  if [ "$$(id -u)" != 0 ]; then echo "need root to install:$$missing (sudo apt-get install$$missing)"; exit 1; fi; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+$(DEPS_STAMP): setup.cfg requirements/constraints.txt
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo ">> installing Python dependencies into $(VENV) (first time: a few minutes, pyspark is large)"
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c requirements/constraints.txt -e '.[test]'
+	@rm -f $(VENV)/.deps-*; touch $@
+
+deps: system-deps $(DEPS_STAMP)
+
+test: deps
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit: deps
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+demo: deps
+	$(PY) -m airflow_cdc_provider.demo
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

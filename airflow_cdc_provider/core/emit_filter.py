@@ -1,0 +1,117 @@
+"""The stream's emit filter: send each change exactly once, never one a chunk snapshot already holds.
+
+The stream starts at the smallest high watermark over all chunks. A change of table T, key k, at position p
+is emitted iff
+
+* p is after the largest high watermark of T (T is in its pure-binlog phase), or
+* p is after the high watermark of the chunk that contains k (Flink CDC ``BinlogSplitReader#shouldEmit``).
+
+Chunks are contiguous and unbounded at both ends, so every key has exactly one chunk, found by binary
+search over the chunk starts. Starts are compared through the table's *key order* (for string keys: the
+database collation's weights), never by Python's string order. The filter is stateless, so parallel
+decoders of different binlog segments can share it.
+
+Memory: one table's chunk infos are two flat lists (sorted starts, high watermark tuples), not one object
+per chunk.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from .chunks import TableId
+from .keys import Key, decode_key
+from .offsets import BinlogOffset, EventPosition
+
+KeyOrder = Callable[[Key], Any]
+"""Maps a key to a value whose Python order equals the database's order of keys."""
+
+
+def natural_order(key: Key) -> Any:
+    return key
+
+
+@dataclass
+class TableSplitInfo:
+    """Compact chunk infos of one table: starts of chunks 1..n-1 (in key order) and each chunk's HW."""
+
+    starts: list[Any]
+    high_watermarks: list[tuple[int, int, int]]
+    max_high_watermark: tuple[int, int, int]
+    key_order: KeyOrder = natural_order
+
+    def chunk_index(self, key: Key) -> int:
+        return bisect.bisect_right(self.starts, self.key_order(key))
+
+
+class EmitFilter:
+    def __init__(
+        self,
+        tables: Mapping[TableId, TableSplitInfo],
+        emit_tables_without_snapshot: bool = True,
+    ) -> None:
+        self._tables = dict(tables)
+        self._emit_unknown = emit_tables_without_snapshot
+
+    def should_emit(self, table: TableId, key: Key, position: EventPosition) -> bool:
+        info = self._tables.get(table)
+        if info is None:
+            return self._emit_unknown
+        p = position.sort_key
+        if p > info.max_high_watermark:
+            return True
+        return p > info.high_watermarks[info.chunk_index(key)]
+
+    def tables(self) -> list[TableId]:
+        return list(self._tables)
+
+
+def table_split_info(
+    reports: Sequence[Mapping[str, Any]], key_order: KeyOrder = natural_order
+) -> TableSplitInfo:
+    """Build one table's infos from its chunk reports (the XCom contract: ``start``, ``end``,
+    ``high_watermark``). The reports must cover the table contiguously, from ``start=None`` to ``end=None``."""
+    if not reports:
+        raise ValueError("no chunk reports given")
+    decoded = [(decode_key(r["start"]), decode_key(r["end"]), r) for r in reports]
+    firsts = [d for d in decoded if d[0] is None]
+    if len(firsts) != 1:
+        raise ValueError(f"chunk reports of {reports[0]['table']} must contain exactly one first chunk")
+    rest = sorted((d for d in decoded if d[0] is not None), key=lambda d: key_order(d[0]))
+    ordered = firsts + rest
+    for (_, prev_end, prev), (start, _, cur) in zip(ordered, ordered[1:]):
+        if prev_end is None or key_order(prev_end) != key_order(start):
+            raise ValueError(
+                f"chunk reports of {cur['table']} are not contiguous: {prev['split_id']} ends at "
+                f"{prev_end!r} but {cur['split_id']} starts at {start!r}; a chunk report is missing"
+            )
+    if ordered[-1][1] is not None:
+        raise ValueError(f"chunk reports of {reports[0]['table']} miss the last chunk")
+    hws = [BinlogOffset.from_dict(r["high_watermark"]).sort_key for _, _, r in ordered]
+    return TableSplitInfo(
+        starts=[key_order(s) for s, _, _ in rest],
+        high_watermarks=hws,
+        max_high_watermark=max(hws),
+        key_order=key_order,
+    )
+
+
+def build_emit_filter(
+    reports: Iterable[Mapping[str, Any]],
+    key_orders: Mapping[str, KeyOrder] | None = None,
+    emit_tables_without_snapshot: bool = True,
+) -> EmitFilter:
+    """Group chunk reports by table and build the filter. ``key_orders`` maps 'db.table' -> KeyOrder."""
+    by_table: dict[str, list[Mapping[str, Any]]] = {}
+    for r in reports:
+        by_table.setdefault(r["table"], []).append(r)
+    key_orders = key_orders or {}
+    return EmitFilter(
+        {
+            TableId.parse(t): table_split_info(rs, key_orders.get(t, natural_order))
+            for t, rs in by_table.items()
+        },
+        emit_tables_without_snapshot=emit_tables_without_snapshot,
+    )

@@ -1,0 +1,22 @@
+"""Provider registration (entry point ``apache_airflow_provider``). ``package-name`` must equal the
+canonical distribution name, or Airflow's provider discovery raises."""
+
+from __future__ import annotations
+
+from . import __version__
+
+
+def get_provider_info() -> dict:
+    return {
+        "package-name": "airflow-cdc-provider",
+        "name": "MySQL CDC (Spark)",
+        "description": "Lock-free, exactly-once MySQL/MariaDB change data capture, run by Spark.",
+        "versions": [__version__],
+        "integrations": [
+            {
+                "integration-name": "MySQL CDC",
+                "external-doc-url": "https://github.com/airflow-cdc-provider/airflow-cdc-provider",
+                "tags": ["software"],
+            }
+        ],
+    }

@@ -1,0 +1,82 @@
+"""Shared fixtures: one private MariaDB per test session, one fresh database per test."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import re
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import pymysql
+import pytest
+
+from airflow_cdc_provider.mysql.settings import ConnectionSettings
+from airflow_cdc_provider.testing.mariadb import PrivateMariaDB
+
+_db_counter = itertools.count(1)
+_server_ids = itertools.count(7001)
+
+
+@pytest.fixture(scope="session")
+def mariadb() -> Iterator[PrivateMariaDB]:
+    server = PrivateMariaDB()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.cleanup()
+
+
+@dataclass
+class SourceDB:
+    """A database of its own on the private server, with an 'application' connection to write data and
+    the settings of the least-privileged CDC user."""
+
+    server: PrivateMariaDB
+    name: str
+    app: pymysql.connections.Connection
+    settings: ConnectionSettings
+
+    def execute(self, sql: str, params: Any = None) -> list[tuple]:
+        with self.app.cursor() as cur:
+            cur.execute(sql, params)
+            return list(cur.fetchall())
+
+    def executemany(self, sql: str, rows: list) -> None:
+        with self.app.cursor() as cur:
+            cur.executemany(sql, rows)
+
+    def table(self, name: str) -> str:
+        return f"{self.name}.{name}"
+
+    def analyze(self, table: str) -> None:
+        self.execute(f"ANALYZE TABLE `{table}`")
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[pymysql.connections.Connection]:
+        conn = pymysql.connect(**self.settings.pymysql_kwargs())
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+
+@pytest.fixture
+def source_db(mariadb: PrivateMariaDB, request: pytest.FixtureRequest) -> Iterator[SourceDB]:
+    slug = re.sub(r"[^a-z0-9]+", "_", request.node.name.lower())[:40]
+    name = f"t{next(_db_counter)}_{slug}"
+    mariadb.create_database(name)
+    app = mariadb.app_connection(name)
+    settings = ConnectionSettings.from_airflow_conn(mariadb.connection_uri(), conn_id="cdc_source")
+    try:
+        yield SourceDB(mariadb, name, app, settings)
+    finally:
+        app.close()
+        mariadb.drop_database(name)
+
+
+@pytest.fixture
+def server_id() -> int:
+    """A replica server id no other reader of this session uses."""
+    return next(_server_ids)

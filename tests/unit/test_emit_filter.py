@@ -1,0 +1,63 @@
+import pytest
+
+from airflow_cdc_provider.core.chunks import TableId
+from airflow_cdc_provider.core.emit_filter import build_emit_filter
+from airflow_cdc_provider.core.offsets import EventPosition
+
+F = "mariadb-bin.000001"
+T = TableId("db", "t")
+
+
+def report(index, start, end, hw_pos, table="db.t", hw_file=F):
+    return {"split_id": f"{table}:{index}", "table": table, "key_columns": ["id"],
+            "start": None if start is None else [start], "end": None if end is None else [end],
+            "high_watermark": {"file": hw_file, "pos": hw_pos, "gtid": None}}
+
+
+REPORTS = [report(0, None, 100, 1000), report(1, 100, 200, 3000), report(2, 200, None, 2000)]
+
+
+def at(pos, file=F):
+    return EventPosition(file, pos, 0)
+
+
+def test_event_before_its_chunks_high_watermark_is_dropped():
+    f = build_emit_filter(REPORTS)
+    assert not f.should_emit(T, (150,), at(2500))  # chunk 1 HW is 3000: already in the snapshot
+    assert f.should_emit(T, (50,), at(2500))  # chunk 0 HW is 1000: a later change
+    assert not f.should_emit(T, (250,), at(1999))
+    assert f.should_emit(T, (250,), at(2000))  # an event starting at HW was written after it
+
+
+def test_chunk_boundaries_are_half_open():
+    f = build_emit_filter(REPORTS)
+    assert f.should_emit(T, (99,), at(1500))  # chunk 0
+    assert not f.should_emit(T, (100,), at(1500))  # chunk 1 starts at 100
+
+
+def test_everything_after_the_tables_max_high_watermark_is_emitted():
+    f = build_emit_filter(REPORTS)
+    assert f.should_emit(T, (150,), at(3000))
+    assert f.should_emit(T, (150,), EventPosition("mariadb-bin.000002", 4, 0))
+
+
+def test_tables_without_snapshot_follow_the_setting():
+    assert build_emit_filter(REPORTS).should_emit(TableId("db", "other"), (1,), at(5))
+    assert not build_emit_filter(REPORTS, emit_tables_without_snapshot=False).should_emit(TableId("db", "other"), (1,), at(5))
+
+
+def test_a_missing_chunk_report_is_an_error_not_a_shifted_minimum():
+    with pytest.raises(ValueError, match="not contiguous"):
+        build_emit_filter([REPORTS[0], REPORTS[2]])
+    with pytest.raises(ValueError, match="last chunk"):
+        build_emit_filter(REPORTS[:2])
+
+
+def test_key_order_is_used_for_lookup():
+    reports = [report(0, None, "m", 10), report(1, "m", None, 20)]
+    reports = [dict(r, start=None if r["start"] is None else ["m"], end=None if r["end"] is None else ["m"]) for r in reports]
+    casefold = lambda key: tuple(v.lower() for v in key)  # noqa: E731 - a case-insensitive "collation"
+    f = build_emit_filter(reports, {"db.t": casefold})
+    # 'Z' sorts before 'm' in Python but after it case-insensitively: chunk 1 (HW 20)
+    assert not f.should_emit(T, ("Z",), at(15))
+    assert f.should_emit(T, ("a",), at(15))
