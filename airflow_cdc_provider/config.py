@@ -19,6 +19,7 @@ Schema (sections other than ``source`` are optional)::
       max_active_chunks: 1           # chunk tasks running at once
       even_distribution_lower_bound: 0.05
       even_distribution_upper_bound: 1000.0
+      even_split: true               # false: boundaries always from the database
     stream:   {mode: available_now | continuous, startup: initial | latest | earliest}
     sink:     {type: parquet | jdbc, path: ..., conn_id: ..., schema: ...}
     spark:    {conn_id: spark_default, conf: {...}, jars: [...], ...}
@@ -94,6 +95,7 @@ SCHEMA: dict[str, Any] = {
             "max_active_chunks": Field(INT, check=_positive_int),
             "even_distribution_lower_bound": Field(FLOAT),
             "even_distribution_upper_bound": Field(FLOAT),
+            "even_split": Field(BOOL),
         },
     ),
     "stream": (
@@ -203,9 +205,12 @@ class SnapshotConfig:
     max_active_chunks: int = 1
     even_distribution_lower_bound: float = DEFAULT_EVEN_LOWER_BOUND
     even_distribution_upper_bound: float = DEFAULT_EVEN_UPPER_BOUND
+    even_split: bool = True
 
     def split_options(self) -> SplitOptions:
-        return SplitOptions(self.chunk_size, self.even_distribution_lower_bound, self.even_distribution_upper_bound)
+        return SplitOptions(
+            self.chunk_size, self.even_distribution_lower_bound, self.even_distribution_upper_bound, self.even_split
+        )
 
 
 @dataclass

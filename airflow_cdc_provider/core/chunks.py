@@ -120,6 +120,7 @@ class SplitOptions:
     chunk_size: int = DEFAULT_CHUNK_SIZE
     even_lower_bound: float = DEFAULT_EVEN_LOWER_BOUND
     even_upper_bound: float = DEFAULT_EVEN_UPPER_BOUND
+    even_split: bool = True  # False: always ask the database for boundaries (e.g. unreliable row estimates)
 
     def __post_init__(self) -> None:
         if not isinstance(self.chunk_size, int) or self.chunk_size <= 0:
@@ -189,7 +190,7 @@ def split_table(
         ranges: list[tuple[Key | None, Key | None]] = [(None, None)]
     else:
         ranges = []
-        if single_integer_key:
+        if single_integer_key and options.even_split:
             lo, hi = queries.min_max_single()
             if lo is not None and hi is not None and lo != hi:
                 factor = distribution_factor(int(lo), int(hi), queries.approximate_row_count())

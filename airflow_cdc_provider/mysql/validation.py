@@ -139,11 +139,12 @@ def validate_source(
     info = server_info(conn)
     problems = check_binlog_settings(conn, info) + check_privileges(conn, info)
     schemas: list[TableSchema] = []
-    try:
-        tables: list[TableId] = discover(conn, table_patterns)
-    except TableConfigError as exc:
-        problems.append(str(exc))
-        tables = []
+    tables: list[TableId] = []
+    for pattern in table_patterns:  # one pattern at a time, so one typo does not hide the other problems
+        try:
+            tables += [t for t in discover(conn, [pattern]) if t not in tables]
+        except TableConfigError as exc:
+            problems.append(str(exc))
     for table in tables:
         try:
             schema = load_schema(conn, table, chunk_keys.get(str(table)))

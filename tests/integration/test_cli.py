@@ -1,0 +1,94 @@
+"""``airflow-cdc plan``, run as the installed console script against the private MariaDB."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CLI = str(Path(sys.executable).parent / "airflow-cdc")
+
+
+def run(config: Path, *args: str, env_extra=None, tmp_path=None):
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path or config.parent), **(env_extra or {})}
+    return subprocess.run([CLI, "plan", str(config), *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+@pytest.fixture
+def pipeline(source_db, tmp_path):
+    source_db.execute("CREATE TABLE orders (id INT PRIMARY KEY, amount INT)")
+    source_db.executemany("INSERT INTO orders VALUES (%s, 1)", [(i,) for i in range(101, 111)])
+    source_db.analyze("orders")
+    source_db.execute("CREATE TABLE audit (msg VARCHAR(10))")
+
+    def write(tables, extra=""):
+        p = tmp_path / "shop.yaml"
+        p.write_text(f"source:\n  conn_id: src\n  tables: {json.dumps(tables)}\nsnapshot:\n  chunk_size: 4\n{extra}")
+        return p
+
+    env = {"AIRFLOW_CONN_SRC": source_db.server.connection_uri()}
+    return write, env
+
+
+def test_plan_prints_the_chunks(pipeline, source_db):
+    write, env = pipeline
+    res = run(write([source_db.table("orders")]), env_extra=env)
+    assert res.returncode == 0, res.stderr
+    assert f"{source_db.table('orders')}  key (id)  3 chunk(s)" in res.stdout
+    assert "(-inf, 105)" in res.stdout and "[105, 109)" in res.stdout and "[109, +inf)" in res.stdout
+    assert source_db.server.cdc.password not in res.stdout + res.stderr
+
+
+def test_plan_json(pipeline, source_db):
+    write, env = pipeline
+    res = run(write([source_db.table("orders")]), "--json", "--max-tasks", "2", env_extra=env)
+    assert res.returncode == 0, res.stderr
+    plan = json.loads(res.stdout)
+    assert [(c["start"], c["end"]) for c in plan["tables"][0]["chunks"]] == [(None, [105]), ([105], [109]), ([109], None)]
+    assert len(plan["tasks"]) == 2 and sum(len(t["chunks"]) for t in plan["tasks"]) == 3
+
+
+def one_line_error(res):
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("airflow-cdc: error: ")
+    return lines[0]
+
+
+def test_unknown_table(pipeline, source_db):
+    write, env = pipeline
+    line = one_line_error(run(write([source_db.table("ordrs")]), env_extra=env))
+    assert f"source: unknown table '{source_db.table('ordrs')}' (did you mean '{source_db.table('orders')}'?)" in line
+
+
+def test_table_without_key(pipeline, source_db):
+    write, env = pipeline
+    line = one_line_error(run(write([source_db.table("audit")]), env_extra=env))
+    assert f"table '{source_db.table('audit')}' has no primary key: set a chunk key column" in line
+
+
+def test_yaml_typo(pipeline, source_db):
+    write, env = pipeline
+    path = write([source_db.table("orders")], extra="  chunk_sise: 4\n")
+    line = one_line_error(run(path, env_extra=env))
+    assert line.startswith(f"airflow-cdc: error: {path}: snapshot.chunk_sise: unknown key (did you mean 'chunk_size'?")
+
+
+def test_unknown_connection(pipeline, source_db, tmp_path):
+    write, _ = pipeline
+    line = one_line_error(run(write([source_db.table("orders")]), tmp_path=tmp_path))
+    assert "unknown connection 'src': create it in Airflow" in line and "AIRFLOW_CONN_SRC=" in line
+
+
+def test_wrong_password(pipeline, source_db):
+    write, _ = pipeline
+    bad = source_db.server.connection_uri().replace(source_db.server.cdc.password, "Wr0ngPa55")
+    res = run(write([source_db.table("orders")]), env_extra={"AIRFLOW_CONN_SRC": bad})
+    line = one_line_error(res)
+    assert "cannot connect to src (cdc@127.0.0.1:" in line and "check the login and password" in line
+    assert "Wr0ngPa55" not in res.stderr + res.stdout
