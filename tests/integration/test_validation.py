@@ -35,6 +35,20 @@ def global_setting(server, name, value):
             cur.execute(f"SET GLOBAL {name} = %s", (old,))
 
 
+@contextlib.contextmanager
+def temporary_user(server, name, grants):
+    """A user with only ``grants`` ON *.*, for both host forms; its connection settings are yielded."""
+    with contextlib.closing(server.root_connection()) as c, c.cursor() as cur:
+        for host in ("localhost", "127.0.0.1"):
+            cur.execute(f"CREATE USER '{name}'@'{host}' IDENTIFIED BY 'pw-{name}'")
+            cur.execute(f"GRANT {grants} ON *.* TO '{name}'@'{host}'")
+    try:
+        yield ConnectionSettings.from_airflow_conn(f"mysql://{name}:pw-{name}@127.0.0.1:{server.port}")
+    finally:
+        with contextlib.closing(server.root_connection()) as c, c.cursor() as cur:
+            cur.execute(f"DROP USER '{name}'@'localhost', '{name}'@'127.0.0.1'")
+
+
 @pytest.fixture
 def table_t(source_db):
     source_db.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)")
@@ -76,16 +90,8 @@ def test_binlog_disabled():
 
 
 def test_missing_replication_privileges(mariadb, source_db, table_t):
-    with contextlib.closing(mariadb.root_connection()) as c, c.cursor() as cur:
-        for host in ("localhost", "127.0.0.1"):
-            cur.execute(f"CREATE USER 'weak'@'{host}' IDENTIFIED BY 'weakpw'")
-            cur.execute(f"GRANT SELECT ON *.* TO 'weak'@'{host}'")
-    try:
-        weak = ConnectionSettings.from_airflow_conn(f"mysql://weak:weakpw@127.0.0.1:{mariadb.port}")
+    with temporary_user(mariadb, "weak", "SELECT") as weak:
         found = problems(weak, [table_t])
-    finally:
-        with contextlib.closing(mariadb.root_connection()) as c, c.cursor() as cur:
-            cur.execute("DROP USER 'weak'@'localhost', 'weak'@'127.0.0.1'")
     assert found == [
         "user weak@localhost lacks REPLICATION SLAVE (needed to read the binlog): "
         "GRANT REPLICATION SLAVE ON *.* TO 'weak'@'localhost'",
@@ -95,16 +101,8 @@ def test_missing_replication_privileges(mariadb, source_db, table_t):
 
 
 def test_table_the_user_cannot_see(mariadb, source_db, table_t):
-    with contextlib.closing(mariadb.root_connection()) as c, c.cursor() as cur:
-        for host in ("localhost", "127.0.0.1"):
-            cur.execute(f"CREATE USER 'blind'@'{host}' IDENTIFIED BY 'pw'")
-            cur.execute(f"GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'blind'@'{host}'")
-    try:
-        blind = ConnectionSettings.from_airflow_conn(f"mysql://blind:pw@127.0.0.1:{mariadb.port}")
+    with temporary_user(mariadb, "blind", "REPLICATION SLAVE, REPLICATION CLIENT") as blind:
         found = problems(blind, [table_t])
-    finally:
-        with contextlib.closing(mariadb.root_connection()) as c, c.cursor() as cur:
-            cur.execute("DROP USER 'blind'@'localhost', 'blind'@'127.0.0.1'")
     assert len(found) == 1 and "does not exist or the user cannot see it" in found[0]
 
 
