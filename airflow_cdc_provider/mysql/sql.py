@@ -3,6 +3,9 @@
 Every identifier goes through ``quote_ident`` (backticks, embedded backticks doubled), so table and column
 names with spaces, backticks, reserved words or unicode work. Values are always bound as parameters.
 
+The SQL built here is for ``cursor.execute(sql, params)`` with ``params`` always given (an empty tuple if
+there are none): pymysql then formats the text with ``%``, so ``quote_ident`` doubles any ``%`` in a name.
+
 Key ranges are half-open ``[start, end)``. Composite keys compare as row values (lexicographically, each
 column in its collation), but the SQL spells the comparison out: ``(a, b) >= (x, y)`` becomes
 ``a >= x AND (a > x OR (a = x AND b >= y))``. It means the same, and MariaDB 10.11 turns only the spelled-out
@@ -19,7 +22,7 @@ from ..core.chunks import TableId
 def quote_ident(name: str) -> str:
     if not isinstance(name, str) or name == "":
         raise ValueError(f"invalid identifier {name!r}")
-    return "`" + name.replace("`", "``") + "`"
+    return "`" + name.replace("`", "``").replace("%", "%%") + "`"
 
 
 def quote_table(table: TableId) -> str:

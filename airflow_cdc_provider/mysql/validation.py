@@ -108,12 +108,13 @@ def check_privileges(conn: Any, info: ServerInfo) -> list[str]:
 def check_table_access(conn: Any, schema: TableSchema) -> list[str]:
     try:
         with conn.cursor() as cur:
-            cur.execute(f"SELECT 1 FROM {quote_table(schema.table)} LIMIT 0")
+            cur.execute(f"SELECT 1 FROM {quote_table(schema.table)} LIMIT 0", ())
             cur.fetchall()
     except pymysql.err.MySQLError as exc:
         code = exc.args[0] if exc.args else None
         if code in ER_ACCESS_DENIED_CODES:
-            return [f"no SELECT privilege on table {str(schema.table)!r}: GRANT SELECT ON {quote_table(schema.table)} TO <user>"]
+            quoted = quote_table(schema.table).replace("%%", "%")
+            return [f"no SELECT privilege on table {str(schema.table)!r}: GRANT SELECT ON {quoted} TO <user>"]
         return [f"cannot read table {str(schema.table)!r}: {exc}"]
     return []
 

@@ -147,3 +147,16 @@ def test_large_composite_string_key_partition(source_db, chunk_size):
     schema, chunks = split(source_db, "t", chunk_size)
     counts = assert_partition(source_db, schema, chunks)
     assert all(n <= chunk_size for n in counts)
+
+
+def test_percent_signs_in_identifiers(source_db, server_id):
+    from airflow_cdc_provider.mysql.chunk_reader import read_chunk
+    from airflow_cdc_provider.mysql.validation import validate_source
+
+    source_db.execute("CREATE TABLE `50% off` (`id%` INT PRIMARY KEY, `v%s` INT)")
+    source_db.executemany("INSERT INTO `50%% off` VALUES (%s, 1)", [(i,) for i in range(10)])
+    with source_db.connection() as conn:
+        validate_source(conn, [source_db.table("50% off")])
+    schema, chunks = split(source_db, "50% off", 3, **NO_EVEN)
+    assert assert_partition(source_db, schema, chunks) == [3, 3, 3, 1]
+    assert len(read_chunk(source_db.settings, schema, chunks[1], server_id=server_id).rows) == 3

@@ -59,3 +59,5 @@ def test_composite_comparisons_are_spelled_out_for_the_range_optimizer():
     sql, params = range_predicate(["id"], (5,), (9,))
     assert (sql, params) == ("`id` >= %s AND `id` < %s", [5, 9])
     assert range_predicate(["id"], None, None) == ("1=1", [])
+def test_percent_is_doubled_for_pymysql_formatting():
+    assert quote_ident("50% off") == "`50%% off`"
