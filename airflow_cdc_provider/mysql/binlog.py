@@ -63,12 +63,12 @@ class TableChangeReader:
             if kind == "update":
                 rows.append(
                     {
-                        "before_values": canon.from_binlog(row["before_values"]),
-                        "after_values": canon.from_binlog(row["after_values"]),
+                        "before_values": canon.from_binlog(row["before_values"], row.get("before_none_sources")),
+                        "after_values": canon.from_binlog(row["after_values"], row.get("after_none_sources")),
                     }
                 )
             else:
-                rows.append({"values": canon.from_binlog(row["values"])})
+                rows.append({"values": canon.from_binlog(row["values"], row.get("none_sources"))})
         yield from records_from_row_event(
             kind, table, schema.key_columns, rows, file, event_start(event), int(event.timestamp) * 1000
         )

@@ -155,6 +155,8 @@ class ConnectionSettings:
             "charset": self.charset,
             "connect_timeout": self.connect_timeout,
             "autocommit": True,
+            # TIMESTAMP values in UTC, as the binlog carries them (see mysql/values.py)
+            "init_command": "SET time_zone = '+00:00'",
         }
         if self.database:
             kw["database"] = self.database
@@ -167,6 +169,7 @@ class ConnectionSettings:
         kw = self.pymysql_kwargs()
         kw.pop("autocommit", None)
         kw.pop("database", None)
+        kw.pop("init_command", None)
         return kw
 
     def describe(self) -> str:

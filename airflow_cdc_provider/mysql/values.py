@@ -4,18 +4,29 @@ The same row state must look the same whether it came from a SELECT (pymysql) or
 (python-mysql-replication), otherwise the snapshot and the stream disagree and the backfill cannot match
 keys. The two drivers differ on a few types:
 
-=========  ======================  ==========================  ===============
-type       SELECT (pymysql)        binlog                      canonical
-=========  ======================  ==========================  ===============
-BIT(n)     bytes, big-endian       str of '0'/'1'              int
-SET        'a,b'                   {'a', 'b'}                  'a,b' (definition order)
-=========  ======================  ==========================  ===============
+==========  =====================  ===========================  ==================================
+type        SELECT (pymysql)       binlog                       canonical
+==========  =====================  ===========================  ==================================
+BIT(n)      bytes, big-endian      str of '0'/'1'               int
+SET         'a,b'                  {'a', 'b'}                   'a,b' (definition order)
+BINARY(n)   n bytes, zero-padded   trailing zero bytes dropped  n bytes, zero-padded
+FLOAT       text -> float64 (0.1)  float32 (0.10000000149...)   the float32 value, as a Python float
+TIMESTAMP   session time zone      UTC                          UTC (source sessions use +00:00)
+empty SET   ''                     None (none_source 'empty     ''
+                                   set')
+empty BLOB  b''                    '' (str)                     b''
+==========  =====================  ===========================  ==================================
 
-Everything else already agrees (ints incl. unsigned, Decimal, str, bytes, date/datetime, timedelta).
+Everything else already agrees, as measured on MariaDB 10.11 (see tests/integration/test_type_fidelity.py):
+TINYINT..BIGINT signed and unsigned (BIGINT UNSIGNED max included), DECIMAL(65,30) as ``Decimal``, DOUBLE,
+CHAR/VARCHAR/TEXT (utf8mb4, emoji) as ``str``, VARBINARY/BLOB as ``bytes``, DATE, DATETIME(0..6) as naive
+``datetime``, TIME (negative and fractional) as ``timedelta``, YEAR as ``int``, ENUM as ``str``, JSON as its
+text (MariaDB stores JSON as LONGTEXT), NULL as ``None``.
 """
 
 from __future__ import annotations
 
+import struct
 from typing import Any, Callable, Mapping, Sequence
 
 from .schema import Column, TableSchema, enum_values
@@ -44,11 +55,37 @@ def _set_from_binlog(definition: Sequence[str]) -> Converter:
     return convert
 
 
+def _float32(v: Any) -> Any:
+    return struct.unpack("<f", struct.pack("<f", v))[0] if isinstance(v, float) else v
+
+
+def _pad_binary(length: int) -> Converter:
+    def convert(v: Any) -> Any:
+        return bytes(v).ljust(length, b"\x00") if isinstance(v, (bytes, bytearray)) else v
+
+    return convert
+
+
+def _bytes_from_binlog(v: Any) -> Any:
+    return v.encode("utf-8") if isinstance(v, str) else v
+
+
+BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+EMPTY_SET_SOURCE = "empty set"  # pymysqlreplication.constants.NONE_SOURCE.EMPTY_SET
+
+
 def _converters(col: Column) -> tuple[Converter, Converter]:
     if col.data_type == "bit":
         return _bit_from_select, _bit_from_binlog
     if col.data_type == "set":
         return _identity, _set_from_binlog(enum_values(col.column_type))
+    if col.data_type == "float":
+        return _float32, _float32
+    if col.data_type == "binary" and col.char_length:
+        pad = _pad_binary(col.char_length)
+        return _identity, lambda v: pad(_bytes_from_binlog(v))
+    if col.data_type in BINARY_TYPES:
+        return _identity, _bytes_from_binlog
     return _identity, _identity
 
 
@@ -65,7 +102,9 @@ class RowCanonicalizer:
     def from_select(self, row: Sequence[Any]) -> dict[str, Any]:
         return {name: (None if v is None else f(v)) for name, f, v in zip(self.columns, self._from_select, row)}
 
-    def from_binlog(self, values: Mapping[str, Any]) -> dict[str, Any]:
+    def from_binlog(self, values: Mapping[str, Any], none_sources: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """``none_sources`` is the library's per-row reason for a None (an empty SET is not NULL)."""
+        none_sources = none_sources or {}
         out: dict[str, Any] = {}
         for name in self.columns:
             if name not in values:
@@ -74,5 +113,8 @@ class RowCanonicalizer:
                     "change was written, or binlog_row_metadata was not FULL then"
                 )
             v = values[name]
-            out[name] = None if v is None else self._from_binlog[name](v)
+            if v is None:
+                out[name] = "" if none_sources.get(name) == EMPTY_SET_SOURCE else None
+            else:
+                out[name] = self._from_binlog[name](v)
         return out
