@@ -49,7 +49,6 @@ class Field:
     required: bool = False
     choices: tuple[Any, ...] | None = None
     check: Callable[[Any], str | None] | None = None  # returns an error text or None
-    describe: str = ""
 
 
 def _positive_int(v: Any) -> str | None:

@@ -16,7 +16,6 @@ server disconnects the older of two replicas with the same id.
 from __future__ import annotations
 
 import contextlib
-import logging
 from typing import Any, Iterator, Mapping
 
 from pymysqlreplication import BinLogStreamReader
@@ -29,8 +28,6 @@ from ..core.records import ChangeRecord, records_from_row_event
 from .schema import TableSchema
 from .settings import ConnectionSettings
 from .values import RowCanonicalizer
-
-log = logging.getLogger(__name__)
 
 _ROW_KINDS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}
 # Transaction events are requested too, so that a bounded read notices it passed its stop position even

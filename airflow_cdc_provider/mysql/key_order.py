@@ -55,12 +55,12 @@ class DatabaseKeyOrder:
                     weights = cur.fetchone()
                 if len(self._cache) + len(part) > self._cache_size:
                     self._cache.clear()
-                for value, w in zip(part, weights):
+                for value, w in zip(part, weights, strict=True):
                     self._cache[(i, value)] = bytes(w)
 
     def __call__(self, key: Key) -> tuple:
         out = []
-        for i, ((kind, data), value) in enumerate(zip(self._kinds, key)):
+        for i, ((kind, data), value) in enumerate(zip(self._kinds, key, strict=True)):
             if kind == "native":
                 out.append(value)
             elif kind == "enum":

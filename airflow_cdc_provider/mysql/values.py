@@ -97,10 +97,10 @@ class RowCanonicalizer:
         self.columns = schema.column_names
         pairs = [_converters(c) for c in schema.columns]
         self._from_select = [p[0] for p in pairs]
-        self._from_binlog = {c.name: p[1] for c, p in zip(schema.columns, pairs)}
+        self._from_binlog = {c.name: p[1] for c, p in zip(schema.columns, pairs, strict=True)}
 
     def from_select(self, row: Sequence[Any]) -> dict[str, Any]:
-        return {name: (None if v is None else f(v)) for name, f, v in zip(self.columns, self._from_select, row)}
+        return {name: (None if v is None else f(v)) for name, f, v in zip(self.columns, self._from_select, row, strict=True)}
 
     def from_binlog(self, values: Mapping[str, Any], none_sources: Mapping[str, str] | None = None) -> dict[str, Any]:
         """``none_sources`` is the library's per-row reason for a None (an empty SET is not NULL)."""

@@ -154,7 +154,6 @@ class PrivateMariaDB:
             f"--innodb-buffer-pool-size={self.buffer_pool}",
             "--innodb-log-file-size=256M",
             "--max-connections=300",
-            "--skip-name-resolve=0",
             *self.extra_args,
         ]
         if os.geteuid() == 0:

@@ -8,8 +8,6 @@ every dropped change must be one that its chunk already contains.
 
 from __future__ import annotations
 
-import contextlib
-
 import pymysql
 
 from airflow_cdc_provider.core.chunks import SplitOptions, TableId

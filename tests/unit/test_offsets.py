@@ -44,7 +44,7 @@ def test_rows_of_one_event_are_ordered_by_row_index():
 
 def test_different_binlog_base_names_refuse_to_compare():
     with pytest.raises(ValueError, match="different binlog base names"):
-        BinlogOffset("a-bin.000001", 4) < BinlogOffset("b-bin.000001", 4)
+        assert BinlogOffset("a-bin.000001", 4) < BinlogOffset("b-bin.000001", 4)
 
 
 @pytest.mark.parametrize("bad", ["", "nodot", "bin.", "bin.x1"])
