@@ -29,6 +29,11 @@ def quote_table(table: TableId) -> str:
     return f"{quote_ident(table.database)}.{quote_ident(table.table)}"
 
 
+def display_table(table: TableId) -> str:
+    """The quoted name as a user would type it in SQL (for messages; not %-escaped for pymysql)."""
+    return ".".join("`" + part.replace("`", "``") + "`" for part in (table.database, table.table))
+
+
 def compare(columns: Sequence[str], op: str, value: Sequence[Any]) -> tuple[str, list[Any]]:
     """``key <op> value`` for a single or composite key, with bound parameters."""
     if op not in ("<", "<=", ">", ">=", "="):

@@ -21,7 +21,7 @@ import pymysql
 from ..core.chunks import TableId
 from .schema import TableConfigError, TableSchema, discover, load_schema
 from .server import ServerInfo, SourceError, server_info, variables
-from .sql import quote_table
+from .sql import display_table, quote_table
 
 ER_ACCESS_DENIED_CODES = {1044, 1045, 1142, 1143, 1227}
 
@@ -113,8 +113,10 @@ def check_table_access(conn: Any, schema: TableSchema) -> list[str]:
     except pymysql.err.MySQLError as exc:
         code = exc.args[0] if exc.args else None
         if code in ER_ACCESS_DENIED_CODES:
-            quoted = quote_table(schema.table).replace("%%", "%")
-            return [f"no SELECT privilege on table {str(schema.table)!r}: GRANT SELECT ON {quoted} TO <user>"]
+            return [
+                f"no SELECT privilege on table {str(schema.table)!r}: "
+                f"GRANT SELECT ON {display_table(schema.table)} TO <user>"
+            ]
         return [f"cannot read table {str(schema.table)!r}: {exc}"]
     return []
 
