@@ -67,6 +67,11 @@ class EmitFilter:
     def tables(self) -> list[TableId]:
         return list(self._tables)
 
+    def max_high_watermark(self, table: TableId) -> tuple[int, int, int] | None:
+        """Past this position the table is in its pure-binlog phase (every change is emitted)."""
+        info = self._tables.get(table)
+        return info.max_high_watermark if info else None
+
 
 def table_split_info(
     reports: Sequence[Mapping[str, Any]], key_order: KeyOrder = natural_order

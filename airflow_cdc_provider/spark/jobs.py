@@ -1,0 +1,49 @@
+"""Entry points behind ``spark_jobs/*.py``: parse ``--spec``, read secrets, run, exit with a clear code."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from ..jobspec import JobSpec, load_secrets
+from .session import spark_session
+
+
+def _args(argv: list[str], what: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=what)
+    p.add_argument("--spec", required=True, help="job spec JSON (no secrets; see airflow_cdc_provider.jobspec)")
+    return p.parse_args(argv)
+
+
+def _logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+def snapshot_main(argv: list[str] | None = None) -> int:
+    from .snapshot import run_snapshot
+
+    _logging()
+    args = _args(sys.argv[1:] if argv is None else argv, "snapshot_chunk.py")
+    spec = JobSpec.load(args.spec)
+    spark = spark_session(f"airflow-cdc {spec.pipeline} snapshot {spec.chunks[0]['split_id'] if spec.chunks else ''}")
+    try:
+        reports = run_snapshot(spark, spec, load_secrets())
+    finally:
+        spark.stop()
+    print(json.dumps({"chunks": len(reports), "rows": sum(r["rows"] for r in reports)}))
+    return 0
+
+
+def stream_main(argv: list[str] | None = None) -> int:
+    from .stream import run_stream
+
+    _logging()
+    args = _args(sys.argv[1:] if argv is None else argv, "binlog_stream.py")
+    spec = JobSpec.load(args.spec)
+    spark = spark_session(f"airflow-cdc {spec.pipeline} binlog stream")
+    try:
+        return run_stream(spark, spec, load_secrets())
+    finally:
+        spark.stop()

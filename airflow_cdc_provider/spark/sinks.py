@@ -1,0 +1,180 @@
+"""Spark writers of the two sinks, behind one small interface.
+
+``prepare`` (once per table and job), ``write_chunk`` (a snapshot chunk, idempotent: a retry replaces it),
+``write_changes`` (one stream micro-batch, idempotent per batch id) and ``current_state`` (the table as the
+sink holds it now, for ``verify`` and ``materialize``). Rows given to the writers already carry the metadata
+columns (``with_meta``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..mysql.types import TableSinkTypes
+from ..sinks import META_COLUMNS, META_NAMES, VERSION_COLUMNS, SinkConfig, SinkError
+from ..sinks.parquet import ParquetLayout
+from ..sinks.postgres import PostgresMirror, pg_ident
+
+Hook = Callable[[], None]
+
+
+def with_meta(df, op: str, ts_ms: int, version: tuple[int, int, int]):
+    from pyspark.sql import functions as F
+
+    return df.select(
+        "*",
+        F.lit(op).alias("_cdc_op"),
+        F.lit(ts_ms).cast("bigint").alias("_cdc_ts_ms"),
+        F.lit(version[0]).cast("bigint").alias("_cdc_file_seq"),
+        F.lit(version[1]).cast("bigint").alias("_cdc_pos"),
+        F.lit(version[2]).cast("int").alias("_cdc_row"),
+    )
+
+
+def meta_ddl() -> str:
+    return ", ".join(f"{n} {t}" for n, t in META_COLUMNS)
+
+
+def latest_per_key(df, key_columns):
+    """Keep the newest version of every key (the row a mirror keeps)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    w = Window.partitionBy(*[F.col(f"`{k}`") for k in key_columns]).orderBy(*[F.col(c).desc() for c in VERSION_COLUMNS])
+    return df.withColumn("__cdc_rank", F.row_number().over(w)).filter("__cdc_rank = 1").drop("__cdc_rank")
+
+
+class SparkParquetSink:
+    def __init__(self, spark, config: SinkConfig) -> None:
+        self.spark = spark
+        self.layout = ParquetLayout(config.path)
+
+    def prepare(self, types: TableSinkTypes) -> None:
+        from pyspark.sql.types import StructType
+
+        self.layout.write_schema(str(types.schema.table), StructType.fromDDL(types.spark_ddl).json())
+
+    def write_chunk(self, df, types: TableSinkTypes, epoch: int, index: int, low_watermark: tuple,
+                    retried: bool, mid_write: Hook) -> None:
+        table = str(types.schema.table)
+        staging = self.layout.staging_dir(table)
+        df.write.mode("overwrite").parquet(str(staging))
+        mid_write()
+        self.layout.publish(staging, self.layout.chunk_dir(table, epoch, index))
+
+    def write_changes(self, df, types: TableSinkTypes, batch_id: int, mid_write: Hook) -> None:
+        table = str(types.schema.table)
+        staging = self.layout.staging_dir(table)
+        df.write.mode("overwrite").parquet(str(staging))
+        mid_write()
+        self.layout.publish(staging, self.layout.batch_dir(table, batch_id))
+
+    def current_state(self, types: TableSinkTypes, include_meta: bool = False):
+        """Rows of the current snapshot epoch + newer changes; newest version per key; deletes dropped."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import StructType
+
+        table = str(types.schema.table)
+        schema = StructType.fromDDL(types.spark_ddl + ", " + meta_ddl())
+        parts = []
+        current = self.layout.read_current(table)
+        if current:
+            d = self.layout.chunk_dir(table, current["epoch"], 0).parent
+            parts.append(self.spark.read.schema(schema).parquet(str(d)).select(*schema.fieldNames()))
+        if self.layout.has_changes(table):
+            ch = self.spark.read.schema(schema).parquet(str(self.layout.table_dir(table) / "changes"))
+            if current:
+                s, p, r = current["min_low_watermark"]
+                ch = ch.filter(
+                    (F.col("_cdc_file_seq") > s)
+                    | ((F.col("_cdc_file_seq") == s) & ((F.col("_cdc_pos") > p) | ((F.col("_cdc_pos") == p) & (F.col("_cdc_row") > r))))
+                )
+            parts.append(ch.select(*schema.fieldNames()))
+        if not parts:
+            return self.spark.createDataFrame([], schema).select(*(types.schema.column_names if not include_meta else schema.fieldNames()))
+        df = parts[0]
+        for p in parts[1:]:
+            df = df.unionByName(p)
+        df = latest_per_key(df, types.schema.key_columns).filter(F.col("_cdc_op") != "d")
+        return df if include_meta else df.select(*[F.col(f"`{c}`") for c in types.schema.column_names])
+
+
+class SparkPostgresSink:
+    def __init__(self, spark, config: SinkConfig, secrets: dict[str, str]) -> None:
+        self.spark = spark
+        self.config = config
+        self.mirror = PostgresMirror(config, secrets)
+
+    def prepare(self, types: TableSinkTypes) -> None:
+        cols = [(c.name, t.postgres) for c, t in zip(types.schema.columns, types.types, strict=True)]
+        self.mirror.ensure_table(str(types.schema.table), cols, types.schema.key_columns)
+
+    def _upsert(self, df, types: TableSinkTypes, chunk_tag: str | None) -> None:
+        from pyspark.sql import functions as F
+
+        table = str(types.schema.table)
+        data_cols = types.schema.column_names
+        keys = list(types.schema.key_columns)
+        # Spark hands TimestampType to Python as local wall clock; as timestamp_ntz in the UTC session zone
+        # it is the UTC wall clock, which PostgreSQL (session zone UTC) stores as the right instant.
+        cols = []
+        for c, t in zip(types.schema.columns, types.types, strict=True):
+            col = F.col(f"`{c.name}`")
+            cols.append((col.cast("timestamp_ntz") if t.spark == "timestamp" else col).alias(c.name))
+        out = df.select(
+            *cols, *[F.col(n) for n in META_NAMES],
+            (F.col("_cdc_op") == "d").alias("_cdc_deleted"), F.lit(chunk_tag).cast("string").alias("_cdc_chunk"),
+        )
+        mirror = self.mirror
+
+        def write_partition(rows) -> None:
+            mirror.upsert(table, data_cols, keys, (tuple(bytes(v) if isinstance(v, bytearray) else v for v in r) for r in rows))
+
+        out.foreachPartition(write_partition)
+
+    def write_chunk(self, df, types: TableSinkTypes, epoch: int, index: int, low_watermark: tuple,
+                    retried: bool, mid_write: Hook) -> None:
+        tag = f"{epoch}:{index}"
+        self._upsert(df, types, tag)
+        mid_write()
+        if retried:
+            self.mirror.sweep_chunk(str(types.schema.table), tag, low_watermark)
+
+    def write_changes(self, df, types: TableSinkTypes, batch_id: int, mid_write: Hook) -> None:
+        self._upsert(latest_per_key(df, types.schema.key_columns), types, None)
+        mid_write()
+
+    def jdbc_url(self) -> str:
+        c = self.config.conn
+        return f"jdbc:postgresql://{c.get('host')}:{int(c.get('port') or 5432)}/{c.get('schema') or 'postgres'}"
+
+    def current_state(self, types: TableSinkTypes, include_meta: bool = False):
+        from pyspark.sql import functions as F
+
+        exprs = []
+        for c, t in zip(types.schema.columns, types.types, strict=True):
+            q = pg_ident(c.name)
+            if t.postgres.startswith("timestamptz"):
+                e = f"({q} AT TIME ZONE 'UTC')::text"
+            elif t.postgres.startswith(("timestamp", "date")) or (t.postgres.startswith("numeric") and t.spark == "string"):
+                e = f"{q}::text"
+            else:
+                e = q
+            exprs.append(f"{e} AS {pg_ident(c.name)}")
+        if include_meta:
+            exprs += [pg_ident(n) for n in META_NAMES]
+        query = f"(SELECT {', '.join(exprs)} FROM {self.mirror.qualified(str(types.schema.table))} WHERE NOT \"_cdc_deleted\") AS m"
+        df = self.spark.read.jdbc(self.jdbc_url(), query, properties={
+            "user": self.config.conn.get("login") or "", "password": self.mirror.password, "driver": "org.postgresql.Driver"})
+        cols = [F.col(f"`{c.name}`").cast(t.spark).alias(c.name) for c, t in zip(types.schema.columns, types.types, strict=True)]
+        if include_meta:
+            cols += [F.col(n) for n in META_NAMES]
+        return df.select(*cols)
+
+
+def spark_sink(spark, config: SinkConfig, secrets: dict[str, str]):
+    if config.type == "parquet":
+        return SparkParquetSink(spark, config)
+    if config.type == "jdbc":
+        return SparkPostgresSink(spark, config, secrets)
+    raise SinkError(f"unknown sink type {config.type!r}; use parquet or jdbc")

@@ -1,0 +1,150 @@
+"""The streaming binlog job: binlog source -> emit filter -> ``foreachBatch`` -> sink, checkpointed.
+
+Exactly once: Spark's checkpoint (in the state store) records each batch's offsets before the batch runs;
+the sink write of batch ``B`` replaces whatever an interrupted earlier attempt of ``B`` wrote (parquet) or
+is a versioned upsert (jdbc). A restart re-runs the unfinished batch over the same offsets.
+
+Modes: ``available_now`` catches up to the position current at start and exits 0; ``continuous`` runs with
+a processing-time trigger until SIGTERM/SIGINT or a stop request in the state store, then stops gracefully.
+After every batch (and every few seconds while idle) the job writes ``stream/status.json``: ``last_offset``,
+``lag_seconds``, ``rows_emitted``, ``updated_at``, ``batch_id``, ``state``, ``pid``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pickle
+import signal
+import threading
+import time
+from typing import Any
+
+from ..core.chunks import TableId
+from ..faults import FaultSwitch
+from ..jobspec import JobSpec
+from ..mysql.planner import connect
+from ..mysql.schema import load_schema
+from ..mysql.types import TableSinkTypes
+from ..sinks import SinkConfig
+from ..state import StateStore
+from .binlog_source import source_class_with
+from .sinks import meta_ddl, spark_sink
+
+log = logging.getLogger("airflow_cdc.stream")
+IDLE_HEARTBEAT_SECONDS = 5.0
+
+
+class StreamJob:
+    def __init__(self, spark, spec: JobSpec, secrets: dict[str, str]) -> None:
+        self.spark = spark
+        self.spec = spec
+        self.secrets = secrets
+        self.store = StateStore(spec.state_path)
+        self.sink = spark_sink(spark, SinkConfig.from_dict(spec.sink), secrets)
+        self.faults = FaultSwitch(spec.fault)
+        self.mode = spec.stream.get("mode") or "available_now"
+        self.rows_emitted = 0
+        self.batches = 0
+        self.last_batch_id: int | None = None
+        self._stop = threading.Event()
+        settings = spec.source_settings(secrets)
+        with contextlib.closing(connect(settings)) as conn:
+            self.types = {
+                str(t): TableSinkTypes.of(load_schema(conn, TableId.parse(t), (o or {}).get("chunk_key")))
+                for t, o in spec.tables.items()
+            }
+        for types in self.types.values():
+            self.sink.prepare(types)
+
+    # -- one micro-batch -----------------------------------------------------------------------------
+    def process_batch(self, batch_df, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import StructType
+
+        batch_df = batch_df.persist()
+        try:
+            present = [r[0] for r in batch_df.select("table").distinct().collect()]
+            n = 0
+            for i, table in enumerate(sorted(present)):
+                types = self.types[table]
+                schema = StructType.fromDDL(types.spark_ddl + ", " + meta_ddl())
+                part = batch_df.filter(F.col("table") == table)
+                rdd = part.rdd.map(lambda r: tuple(pickle.loads(r.payload)) + (r.op, r.ts_ms, r.file_seq, r.pos, r.row))
+                data = self.spark.createDataFrame(rdd, schema)
+                self.sink.write_changes(data, types, batch_id, lambda: self.faults.hit("mid_sink_write", f"{table} batch {batch_id}"))
+                if i == 0:
+                    self.faults.hit("mid_batch", f"batch {batch_id}")
+                n += part.count()
+            self.rows_emitted += n
+            self.batches += 1
+            self.last_batch_id = batch_id
+        finally:
+            batch_df.unpersist()
+
+    # -- status --------------------------------------------------------------------------------------
+    def write_status(self, query, state: str) -> None:
+        progress = query.lastProgress if query is not None else None
+        end = None
+        if progress and progress.get("sources"):
+            end = progress["sources"][0].get("endOffset")
+            if isinstance(end, str):
+                import json
+
+                end = json.loads(end)
+        lag = 0.0
+        if end and end.get("behind") and end.get("ts_ms"):
+            lag = max(0.0, time.time() - end["ts_ms"] / 1000.0)
+        self.store.write_status({
+            "state": state,
+            "mode": self.mode,
+            "pid": os.getpid(),
+            "last_offset": {k: end.get(k) for k in ("file", "pos", "gtid")} if end else None,
+            "lag_seconds": round(lag, 3),
+            "rows_emitted": self.rows_emitted,
+            "batches": self.batches,
+            "batch_id": self.last_batch_id,
+            "app_id": self.spark.sparkContext.applicationId,
+        })
+
+    # -- run -----------------------------------------------------------------------------------------
+    def run(self) -> int:
+        self.store.clear_stop()
+        self.spark.dataSource.register(source_class_with(self.secrets))
+        df = self.spark.readStream.format("airflow_cdc_binlog").option("spec", self.spec.to_json()).load()
+        writer = df.writeStream.foreachBatch(self.process_batch).option("checkpointLocation", self.store.checkpoint_location)
+        if self.mode == "continuous":
+            writer = writer.trigger(processingTime=self.spec.stream.get("trigger_interval") or "2 seconds")
+        else:
+            writer = writer.trigger(availableNow=True)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self._stop.set())
+        self.write_status(None, "starting")
+        query = writer.start()
+        last_write, seen_batch = 0.0, None
+        state = "finished"
+        while True:
+            done = query.awaitTermination(1)
+            if done:
+                break
+            if self.last_batch_id != seen_batch or time.time() - last_write > IDLE_HEARTBEAT_SECONDS:
+                self.write_status(query, "running")
+                last_write, seen_batch = time.time(), self.last_batch_id
+            if self._stop.is_set() or self.store.stop_requested():
+                log.info("stop requested: stopping the stream after the current batch")
+                query.stop()
+                state = "stopped"
+                break
+        error = query.exception()
+        if error is not None:
+            self.write_status(query, "failed")
+            log.error("stream failed: %s", error)
+            return 1
+        self.write_status(query, state)
+        log.info("stream %s: %d batches, %d rows emitted", state, self.batches, self.rows_emitted)
+        return 0
+
+
+def run_stream(spark, spec: JobSpec, secrets: dict[str, str]) -> int:
+    return StreamJob(spark, spec, secrets).run()

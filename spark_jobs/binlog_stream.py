@@ -1,0 +1,1 @@
+../airflow_cdc_provider/spark_jobs/binlog_stream.py

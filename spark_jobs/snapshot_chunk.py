@@ -1,0 +1,1 @@
+../airflow_cdc_provider/spark_jobs/snapshot_chunk.py
