@@ -1,6 +1,10 @@
 """The ``airflow-cdc`` console script.
 
 ``airflow-cdc plan CONFIG.yaml [--json] [--max-tasks N]`` validates the source and prints the chunk plan.
+``airflow-cdc verify CONFIG.yaml [--table T] [--json]`` compares source and sink chunk by chunk; exit 1 on
+any difference, 0 when equal.
+``airflow-cdc materialize CONFIG.yaml --table T --output DIR`` writes a table's current state (as the sink
+holds it) to Parquet.
 
 Errors are one line per problem on stderr, prefixed ``airflow-cdc: error:``, exit code 2; they name the
 file, key or table and say what to change.
@@ -70,6 +74,85 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _spark_pipeline(args: argparse.Namespace):
+    """Config, resolved pipeline and a fresh chunk plan, for verify and materialize."""
+    from .pipeline import resolve_pipeline
+
+    cfg = load_config(args.config)
+    pipeline = resolve_pipeline(cfg)
+    tables = cfg.source.tables
+    plan = plan_chunks(pipeline.source, tables, cfg.snapshot.split_options(), cfg.source.chunk_key)
+    if args.table:
+        names = [str(s.table) for s in plan.schemas]
+        if args.table not in names:
+            raise ValueError(f"--table {args.table}: not captured by {args.config} (its tables: {', '.join(names)})")
+    return cfg, pipeline, plan
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from .mysql.types import TableSinkTypes
+    from .spark.session import spark_session
+    from .spark.sinks import spark_sink
+    from .spark.verify import verify_table
+
+    try:
+        cfg, pipeline, plan = _spark_pipeline(args)
+    except SourceValidationError as exc:
+        return _fail([f"{args.config}: source: {p}" for p in exc.problems])
+    except (ConfigError, ConnectionConfigError, SourceError, ValueError, RuntimeError) as exc:
+        return _fail([str(exc)])
+    spark = spark_session("airflow-cdc verify", master=args.master)
+    verdicts = []
+    try:
+        sink = spark_sink(spark, pipeline.sink, pipeline.secrets)
+        for schema in plan.schemas:
+            if args.table and str(schema.table) != args.table:
+                continue
+            ranges = [(c.start, c.end) for c in plan.chunks if c.table == schema.table]
+            verdicts.append(verify_table(spark, pipeline.source, sink, TableSinkTypes.of(schema), ranges))
+    finally:
+        spark.stop()
+    equal = all(v.equal for v in verdicts)
+    if args.json:
+        json.dump({"dag_id": cfg.dag_id, "equal": equal, "tables": [v.to_dict() for v in verdicts]}, sys.stdout, indent=2)
+        print()
+    else:
+        print(f"Verify {cfg.dag_id}: source {pipeline.source.describe()} vs {pipeline.sink.describe()}")
+        for v in verdicts:
+            bad = [c for c in v.chunks if c.differing]
+            status = "EQUAL" if v.equal else "DIFFERENT"
+            print(f"  {v.table:<40} {status:<9} source {v.source_rows} rows, sink {v.sink_rows} rows, "
+                  f"{len(v.chunks)} chunk(s)" + (f", {len(bad)} differ" if bad else ""))
+            for c in bad[:10]:
+                print(f"      chunk {c.chunk}: source {c.source_rows} rows (checksum {c.source_checksum:016x}), "
+                      f"sink {c.sink_rows} rows (checksum {c.sink_checksum:016x}), {c.differing} differing")
+            for d in v.first_differences:
+                print(f"      key {format_key(d['key'])}: {d['problem']}")
+        print("source == sink" if equal else "source and sink DIFFER")
+    return 0 if equal else 1
+
+
+def cmd_materialize(args: argparse.Namespace) -> int:
+    from .mysql.types import TableSinkTypes
+    from .spark.session import spark_session
+    from .spark.sinks import spark_sink
+
+    try:
+        cfg, pipeline, plan = _spark_pipeline(args)
+    except (ConfigError, ConnectionConfigError, SourceError, ValueError, RuntimeError) as exc:
+        return _fail([str(exc)])
+    schema = next(s for s in plan.schemas if str(s.table) == args.table)
+    spark = spark_session("airflow-cdc materialize", master=args.master)
+    try:
+        df = spark_sink(spark, pipeline.sink, pipeline.secrets).current_state(TableSinkTypes.of(schema))
+        df.write.mode("overwrite").parquet(args.output)
+        n = spark.read.parquet(args.output).count()
+    finally:
+        spark.stop()
+    print(f"{args.table}: {n} rows written to {args.output}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="airflow-cdc", description="MySQL/MariaDB CDC pipelines for Airflow and Spark")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -81,6 +164,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="group chunks so there are at most this many mapped tasks (Airflow [core] max_map_length)",
     )
     p.set_defaults(func=cmd_plan)
+    v = sub.add_parser("verify", help="compare the source with the sink chunk by chunk (exit 1 if they differ)")
+    v.add_argument("config", help="pipeline YAML file")
+    v.add_argument("--table", help="only this table (db.table)")
+    v.add_argument("--json", action="store_true", help="print the result as JSON")
+    v.add_argument("--master", default="local[2]", help="Spark master for the comparison (default local[2])")
+    v.set_defaults(func=cmd_verify)
+    m = sub.add_parser("materialize", help="write a table's current state from the sink to Parquet")
+    m.add_argument("config", help="pipeline YAML file")
+    m.add_argument("--table", required=True, help="db.table")
+    m.add_argument("--output", required=True, help="output directory (overwritten)")
+    m.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    m.set_defaults(func=cmd_materialize)
     return ap
 
 

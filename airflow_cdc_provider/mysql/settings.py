@@ -23,6 +23,37 @@ class ConnectionConfigError(ValueError):
     """A connection that cannot be used as a CDC source, with a message that says how to fix it."""
 
 
+def parse_connection_text(text: str, conn_id: str | None = None) -> dict[str, Any]:
+    """The fields of an Airflow connection given as URI or JSON text (any connection type)."""
+    text = text.strip()
+    where = f"connection {conn_id!r}" if conn_id else "connection"
+    if text.startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConnectionConfigError(f"{where}: invalid JSON ({exc})") from None
+        return {k: data.get(k) for k in ("conn_type", "host", "port", "login", "password", "schema", "extra")}
+    parts = urlsplit(text)
+    if not parts.scheme:
+        raise ConnectionConfigError(f"{where}: expected a URI like mysql://user:password@host:3306/db")
+    extra: dict[str, Any] = dict(parse_qsl(parts.query, keep_blank_values=True))
+    if "__extra__" in extra:
+        extra = json.loads(extra["__extra__"])
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConnectionConfigError(f"{where}: invalid port in URI") from None
+    return {
+        "conn_type": parts.scheme,
+        "host": unquote(parts.hostname or ""),
+        "port": port,
+        "login": unquote(parts.username) if parts.username else None,
+        "password": unquote(parts.password) if parts.password else None,
+        "schema": unquote(parts.path.lstrip("/")) or None,
+        "extra": extra,
+    }
+
+
 def parse_server_id_range(value: Any, where: str) -> tuple[int, int]:
     if isinstance(value, int):
         return (value, value)
@@ -56,43 +87,7 @@ class ConnectionSettings:
     @classmethod
     def from_airflow_conn(cls, text: str, conn_id: str | None = None) -> "ConnectionSettings":
         """Parse the value of ``AIRFLOW_CONN_<ID>``: a URI (``mysql://u:p@h:3306/db?x=y``) or JSON."""
-        text = text.strip()
-        where = f"connection {conn_id!r}" if conn_id else "connection"
-        if text.startswith("{"):
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise ConnectionConfigError(f"{where}: invalid JSON ({exc})") from None
-            return cls.from_fields(
-                conn_type=data.get("conn_type"),
-                host=data.get("host"),
-                port=data.get("port"),
-                login=data.get("login"),
-                password=data.get("password"),
-                schema=data.get("schema"),
-                extra=data.get("extra"),
-                conn_id=conn_id,
-            )
-        parts = urlsplit(text)
-        if not parts.scheme:
-            raise ConnectionConfigError(f"{where}: expected a URI like mysql://user:password@host:3306/db")
-        extra = dict(parse_qsl(parts.query, keep_blank_values=True))
-        if "__extra__" in extra:
-            extra = json.loads(extra["__extra__"])
-        try:
-            port = parts.port
-        except ValueError:
-            raise ConnectionConfigError(f"{where}: invalid port in URI") from None
-        return cls.from_fields(
-            conn_type=parts.scheme,
-            host=unquote(parts.hostname or ""),
-            port=port,
-            login=unquote(parts.username) if parts.username else None,
-            password=unquote(parts.password) if parts.password else None,
-            schema=unquote(parts.path.lstrip("/")) or None,
-            extra=extra,
-            conn_id=conn_id,
-        )
+        return cls.from_fields(**parse_connection_text(text, conn_id), conn_id=conn_id)
 
     @classmethod
     def from_fields(

@@ -1,0 +1,166 @@
+"""Driving the Spark jobs the way the operators do (spark-submit, spec file, secrets file), and reading
+source and sink independently for comparisons."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import itertools
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pymysql
+
+from airflow_cdc_provider.core.chunks import SplitOptions, TableId
+from airflow_cdc_provider.jobspec import JobSpec, connection_fields
+from airflow_cdc_provider.mysql.planner import plan_chunks
+from airflow_cdc_provider.mysql.schema import load_schema
+from airflow_cdc_provider.mysql.sql import quote_ident, quote_table
+from airflow_cdc_provider.mysql.types import TableSinkTypes
+from airflow_cdc_provider.mysql.values import RowCanonicalizer
+from airflow_cdc_provider.sinks import SinkConfig
+from airflow_cdc_provider.state import StateStore
+from airflow_cdc_provider.testing.spark import submit
+from airflow_cdc_provider.watermarks import collect_watermarks
+
+_server_ids = itertools.count(8001)
+
+
+def parquet_sink(tmp: Path) -> SinkConfig:
+    return SinkConfig(type="parquet", path=str(tmp / "sink"))
+
+
+def jdbc_sink(postgres, schema: str) -> SinkConfig:
+    return SinkConfig(type="jdbc", conn={"conn_id": "pg", "host": "127.0.0.1", "port": postgres.port,
+                                         "login": postgres.user, "schema": postgres.database}, schema=schema)
+
+
+class Pipeline:
+    """One pipeline over tables of a test database: snapshot jobs, collect, stream jobs."""
+
+    def __init__(self, source_db, tmp: Path, sink: SinkConfig, tables: list[str], postgres=None,
+                 chunk_size: int = 1000) -> None:
+        self.db = source_db
+        self.tmp = tmp
+        self.sink = sink
+        self.tables = [source_db.table(t) for t in tables]
+        self.chunk_size = chunk_size
+        self.state = StateStore(tmp / "state")
+        self.secrets = {"source_password": source_db.settings.password}
+        if postgres is not None:
+            self.secrets["sink_password"] = postgres.password
+        self.planned: dict[str, dict[str, Any]] = {}
+
+    def spec(self, **kw: Any) -> JobSpec:
+        return JobSpec(pipeline="test", source=connection_fields(self.db.settings),
+                       tables={t: {} for t in self.tables}, sink=self.sink.to_dict(), state_path=self.state.uri,
+                       server_id=next(_server_ids), **kw)
+
+    def plan(self) -> list[dict[str, Any]]:
+        plan = plan_chunks(self.db.settings, self.tables, SplitOptions(self.chunk_size))
+        epoch = int(time.time() * 1000)
+        chunks = [{**c.to_dict(), "epoch": epoch} for c in plan.chunks]
+        self.planned = {t: {"epoch": epoch, "chunks": sum(1 for c in chunks if c["table"] == t)} for t in self.tables}
+        return chunks
+
+    def snapshot(self, chunks: list[dict[str, Any]], fault: dict | None = None, check: bool = True):
+        res = submit("snapshot_chunk", self.spec(chunks=chunks, fault=fault), self.secrets, self.tmp / "jobs")
+        if check:
+            assert res.returncode == 0, self.last_log("snapshot_chunk")
+        return res
+
+    def collect(self) -> dict[str, Any]:
+        return collect_watermarks(self.state, self.sink, self.secrets, self.planned)
+
+    def stream(self, fault: dict | None = None, check: bool = True, max_rows: int = 50_000, **stream: Any):
+        spec = self.spec(stream={"mode": "available_now", "max_rows_per_batch": max_rows, **stream}, fault=fault)
+        res = submit("binlog_stream", spec, self.secrets, self.tmp / "jobs")
+        if check:
+            assert res.returncode == 0, self.last_log("binlog_stream")
+        return res
+
+    def last_log(self, app: str) -> str:
+        logs = sorted((self.tmp / "jobs").glob(f"{app}-*.log"), key=lambda p: p.stat().st_mtime)
+        text = logs[-1].read_text(errors="replace") if logs else "(no log)"
+        return "\n".join(line for line in text.splitlines() if " WARN " not in line)[-6000:]
+
+
+def normalize(v: Any) -> Any:
+    if isinstance(v, (bytearray, memoryview)):
+        return bytes(v)
+    if isinstance(v, dt.datetime) and v.tzinfo is not None:
+        return v.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    return v
+
+
+def source_rows(source_db, table: str) -> dict[tuple, tuple]:
+    """The source table through pymysql + the canonical/sink conversion (no Spark involved)."""
+    with source_db.connection() as conn:
+        schema = load_schema(conn, TableId.parse(source_db.table(table)))
+        canon, types = RowCanonicalizer(schema), TableSinkTypes.of(schema)
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT {', '.join(quote_ident(c) for c in schema.column_names)} FROM {quote_table(schema.table)}", ())
+            rows = [types.row_to_sink(canon.from_select(r)) for r in cur.fetchall()]
+    idx = [schema.column_names.index(k) for k in schema.key_columns]
+    return {tuple(normalize(r[i]) for i in idx): tuple(normalize(v) for v in r) for r in rows}
+
+
+def table_types(source_db, table: str) -> TableSinkTypes:
+    with source_db.connection() as conn:
+        return TableSinkTypes.of(load_schema(conn, TableId.parse(source_db.table(table))))
+
+
+def sink_rows(spark, sink_cfg: SinkConfig, secrets: dict, types: TableSinkTypes) -> dict[tuple, tuple]:
+    from airflow_cdc_provider.spark.sinks import spark_sink
+
+    df = spark_sink(spark, sink_cfg, secrets).current_state(types)
+    idx = [types.schema.column_names.index(k) for k in types.schema.key_columns]
+    out = {}
+    for r in df.collect():
+        row = tuple(normalize(v) for v in r)
+        out[tuple(row[i] for i in idx)] = row
+    return out
+
+
+class BackgroundWriter:
+    """Inserts, updates (also of the key) and deletes rows of ``orders(id, v, note)`` until stopped."""
+
+    def __init__(self, server, database: str, key_space: int, seed: int = 7) -> None:
+        import random
+
+        self.server, self.database, self.key_space = server, database, key_space
+        self.rng = random.Random(seed)
+        self.ops = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.error: BaseException | None = None
+
+    def _run(self) -> None:
+        try:
+            with contextlib.closing(self.server.app_connection(self.database)) as conn, conn.cursor() as cur:
+                while not self._stop.is_set():
+                    k = self.rng.randrange(1, self.key_space)
+                    op = self.rng.random()
+                    if op < 0.3:
+                        cur.execute("INSERT IGNORE INTO orders VALUES (%s, %s, 'ins')", (k, self.ops))
+                    elif op < 0.7:
+                        cur.execute("UPDATE orders SET v = v + 1, note = 'upd' WHERE id = %s", (k,))
+                    elif op < 0.9:
+                        cur.execute("DELETE FROM orders WHERE id = %s", (k,))
+                    else:
+                        cur.execute("UPDATE IGNORE orders SET id = %s WHERE id = %s", (self.key_space + k, k))
+                    self.ops += 1
+        except BaseException as exc:  # surfaced by stop()
+            self.error = exc
+
+    def __enter__(self) -> "BackgroundWriter":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        if self.error:
+            raise self.error
