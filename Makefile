@@ -10,7 +10,7 @@ APT_PACKAGES := mariadb-server mariadb-client default-jre-headless libmariadb-ja
 DEPS_STAMP := $(VENV)/.deps-$(shell cat setup.cfg requirements/constraints.txt | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: help system-deps deps test test-unit demo clean
+.PHONY: help system-deps deps test test-unit demo bench clean
 
 help:
 	@echo "make demo   - run the example pipeline end to end on the embedded defaults"
@@ -45,6 +45,9 @@ test-unit: deps
 
 demo: deps
 	$(PY) -m airflow_cdc_provider.demo
+
+bench: deps
+	$(PY) bench/snapshot_bench.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,16 @@
+"""Baseline: what a user would run instead of us: one spark-submit that reads a table over JDBC with 2
+partitions on the primary key and writes Parquet. Usage: plain_jdbc_reload.py URL TABLE LO HI OUT
+(the password comes from BENCH_PASSWORD, user from BENCH_USER)."""
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+url, table, lo, hi, out = sys.argv[1:6]
+spark = SparkSession.builder.appName("plain-jdbc-reload").config("spark.sql.readSideCharPadding", "false").getOrCreate()
+df = spark.read.jdbc(url, table, column="id", lowerBound=int(lo), upperBound=int(hi) + 1, numPartitions=2,
+                     properties={"user": os.environ["BENCH_USER"], "password": os.environ["BENCH_PASSWORD"],
+                                 "driver": "org.mariadb.jdbc.Driver", "fetchsize": "10000"})
+df.write.mode("overwrite").parquet(out)
+spark.stop()
