@@ -1,0 +1,135 @@
+"""YAML -> Airflow DAG: one DAG per pipeline file.
+
+    validate_source >> plan_chunks >> snapshot_chunk[mapped] >> collect_watermarks >> binlog_retention >> stream
+
+Generated DAGs run one at a time (``max_active_runs=1``, ``catchup=False``): a run snapshots the tables
+that have no finished snapshot (all of them the first time, none later, or those named in
+``dag_run.conf["resnapshot"]``) and then streams the binlog from where the last run stopped.
+
+``load_pipeline_dags(folder)`` builds every ``*.yaml``/``*.yml`` in the folder. A file that fails to load
+does not take the others down: its error (file, key, what to change) is logged and raised as a warning,
+which Airflow shows as an import warning of the loader file.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+from .config import ConfigError, PipelineConfig, load_config
+
+log = logging.getLogger(__name__)
+
+SPARK_KEYS = ("conf", "py_files", "executor_memory", "driver_memory", "executor_cores", "total_executor_cores",
+              "num_executors", "env_vars", "deploy_mode")
+DEFAULT_START = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+
+
+class PipelineLoadWarning(UserWarning):
+    pass
+
+
+def spark_kwargs(cfg: PipelineConfig) -> dict[str, Any]:
+    from .spark.session import default_jars
+
+    s = cfg.section("spark")
+    kw = {k: s[k] for k in SPARK_KEYS if k in s}
+    if s.get("conn_id"):
+        kw["conn_id"] = s["conn_id"]
+    jars = s.get("jars") or []
+    jars = [jars] if isinstance(jars, str) else list(jars)
+    kw["jars"] = ",".join([*jars, *(j for j in default_jars() if j not in jars)])
+    return kw
+
+
+def _default_args(cfg: PipelineConfig) -> dict[str, Any]:
+    args = dict(cfg.raw.get("default_args") or {})
+    if isinstance(args.get("retry_delay"), (int, float)):
+        args["retry_delay"] = dt.timedelta(seconds=args["retry_delay"])
+    args.setdefault("retries", 0)
+    return args
+
+
+def doc_md(cfg: PipelineConfig) -> str:
+    sink = cfg.section("sink")
+    stream = cfg.section("stream")
+    return (
+        f"### CDC pipeline `{cfg.dag_id}`\n\n{cfg.raw.get('description', '')}\n\n"
+        f"* **source**: connection `{cfg.source.conn_id}`, tables {', '.join(f'`{t}`' for t in cfg.source.tables)}\n"
+        f"* **snapshot**: chunks of {cfg.snapshot.chunk_size} rows, at most {cfg.snapshot.max_active_chunks} at once\n"
+        f"* **stream**: mode `{stream.get('mode', 'available_now')}`, startup `{stream.get('startup', 'initial')}`\n"
+        f"* **sink**: `{sink.get('type', 'parquet')}` {sink.get('path') or sink.get('conn_id') or '(default path)'}\n"
+        f"* defined in `{cfg.path}`\n\n"
+        "Re-snapshot a table: trigger with conf `{\"resnapshot\": [\"db.table\"]}`. "
+        "Check the sink: `airflow-cdc verify <this yaml>`."
+    )
+
+
+def build_dag(path: str | Path):
+    from airflow.sdk import DAG
+
+    from .operators.collect import CollectWatermarksOperator
+    from .operators.plan import PlanChunksOperator, ValidateSourceOperator
+    from .operators.snapshot import CHUNK_LABEL_TEMPLATE, SnapshotChunkOperator
+    from .operators.stream import BinlogStreamOperator
+    from .sensors.retention import BinlogRetentionSensor
+
+    cfg = load_config(path)
+    config = str(Path(path).resolve())
+    spark = spark_kwargs(cfg)
+    with DAG(
+        dag_id=cfg.dag_id,
+        description=cfg.raw.get("description"),
+        schedule=cfg.raw.get("schedule"),
+        start_date=DEFAULT_START,
+        catchup=False,
+        max_active_runs=1,
+        default_args=_default_args(cfg),
+        tags=list(cfg.raw.get("tags") or ["cdc"]),
+        doc_md=doc_md(cfg),
+    ) as dag:
+        validate = ValidateSourceOperator(task_id="validate_source", config=config)
+        plan = PlanChunksOperator(task_id="plan_chunks", config=config)
+        snapshot = SnapshotChunkOperator.partial(
+            task_id="snapshot_chunk", config=config, max_active_tis_per_dagrun=cfg.snapshot.max_active_chunks,
+            map_index_template=CHUNK_LABEL_TEMPLATE, **spark,
+        ).expand(chunk=plan.output)
+        collect = CollectWatermarksOperator(task_id="collect_watermarks", config=config, trigger_rule="none_failed")
+        retention = BinlogRetentionSensor(task_id="binlog_retention", config=config)
+        stream = BinlogStreamOperator(task_id="stream", config=config, **spark)
+        validate >> plan >> snapshot >> collect >> retention >> stream
+    return dag
+
+
+def pipelines_folder(default: str | Path | None = None) -> Path:
+    env = os.environ.get("AIRFLOW_CDC_PIPELINES")
+    return Path(env) if env else Path(default or Path.cwd() / "pipelines")
+
+
+def load_pipeline_dags(folder: str | Path | None = None) -> dict[str, Any]:
+    """``{dag_id: DAG}`` for every pipeline YAML in ``folder``; broken files are reported, not fatal."""
+    d = Path(folder) if folder else pipelines_folder()
+    dags: dict[str, Any] = {}
+    if not d.is_dir():
+        warnings.warn(f"pipeline folder {d} does not exist (set AIRFLOW_CDC_PIPELINES)", PipelineLoadWarning, stacklevel=2)
+        return dags
+    for path in sorted([*d.glob("*.yaml"), *d.glob("*.yml")]):
+        try:
+            dag = build_dag(path)
+        except ConfigError as exc:
+            msg = str(exc)
+        except Exception as exc:  # noqa: BLE001 - one broken pipeline must not hide the others
+            msg = f"{path}: {type(exc).__name__}: {exc}"
+        else:
+            if dag.dag_id in dags:
+                msg = f"{path}: dag_id {dag.dag_id!r} is already used by another pipeline file; set a unique dag_id"
+            else:
+                dags[dag.dag_id] = dag
+                continue
+        log.error("pipeline not loaded: %s", msg)
+        warnings.warn(f"pipeline not loaded: {msg}", PipelineLoadWarning, stacklevel=2)
+    return dags

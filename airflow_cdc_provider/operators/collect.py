@@ -1,0 +1,45 @@
+"""CollectWatermarksOperator: the reduce step after the mapped chunk tasks."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from airflow.sdk import BaseOperator
+
+from ..watermarks import collect_watermarks
+from ._common import load_pipeline
+
+
+class CollectWatermarksOperator(BaseOperator):
+    """Check that every planned chunk reported, finish each table's snapshot, write the stream seed.
+
+    Takes upstream task ids (not XComArgs) so that YAML DAG builders can use it as a plain operator.
+    """
+
+    template_fields: Sequence[str] = ("config",)
+    ui_color = "#e8fdf0"
+
+    def __init__(self, *, config: str, plan_task_id: str = "plan_chunks", snapshot_task_id: str = "snapshot_chunk",
+                 **kwargs: Any) -> None:
+        kwargs.setdefault("trigger_rule", "all_done")
+        super().__init__(**kwargs)
+        self.config = config
+        self.plan_task_id = plan_task_id
+        self.snapshot_task_id = snapshot_task_id
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from ..watermarks import MissingChunkReports
+
+        ti = context["ti"]
+        plan = ti.xcom_pull(task_ids=self.plan_task_id, key="plan") or {}
+        pulled = ti.xcom_pull(task_ids=self.snapshot_task_id, map_indexes=None) if plan else []
+        reports = [r for item in (pulled or []) if item for r in (item if isinstance(item, list) else [item])]
+        p = load_pipeline(self.config)
+        try:
+            seed = collect_watermarks(p.state, p.sink, p.secrets, plan, reports)
+        except MissingChunkReports as exc:
+            raise AirflowFailException(str(exc)) from None
+        self.log.info("stream seed: start %s, %d table(s)", seed["start"], len(seed["tables"]))
+        return {"start": seed["start"], "tables": sorted(seed["tables"]), "snapshotted": sorted(plan)}

@@ -1,0 +1,86 @@
+"""ValidateSourceOperator and PlanChunksOperator."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+from airflow.sdk import BaseOperator
+
+from ..core.chunks import group_into_tasks
+from ..mysql.planner import plan_chunks
+from ..mysql.validation import SourceValidationError
+from ._common import load_pipeline
+
+
+class ValidateSourceOperator(BaseOperator):
+    """Fail fast, listing every problem of the source (binlog settings, privileges, tables, keys) with its fix."""
+
+    template_fields: Sequence[str] = ("config",)
+    ui_color = "#e8f4fd"
+
+    def __init__(self, *, config: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.config = config
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        import contextlib
+
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from ..mysql.planner import connect
+        from ..mysql.validation import validate_source
+
+        p = load_pipeline(self.config)
+        p.state.ensure_writable()
+        try:
+            with contextlib.closing(connect(p.source)) as conn:
+                result = validate_source(conn, p.config.source.tables, p.config.source.chunk_key,
+                                         source=f"source {p.source.describe()}")
+        except SourceValidationError as exc:
+            raise AirflowFailException("source validation failed:\n- " + "\n- ".join(exc.problems)) from None
+        return {"server": result.info.version, "tables": [str(s.table) for s in result.schemas]}
+
+
+class PlanChunksOperator(BaseOperator):
+    """Split the tables that need a snapshot into key-range chunks; return one spec per mapped chunk task.
+
+    A table needs a snapshot unless the state store holds a finished one; ``dag_run.conf["resnapshot"]``
+    (a list of ``db.table``) forces one. The list never exceeds ``[core] max_map_length``: chunks are
+    grouped into tasks when there are more. The per-table plan (epoch, chunk count) goes to XCom key
+    ``plan`` for ``CollectWatermarksOperator``.
+    """
+
+    template_fields: Sequence[str] = ("config",)
+    ui_color = "#e8f4fd"
+
+    def __init__(self, *, config: str, max_tasks: int | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.config = config
+        self.max_tasks = max_tasks
+
+    def execute(self, context: Any) -> list[dict[str, Any]]:
+        from airflow.configuration import conf
+
+        p = load_pipeline(self.config)
+        p.state.ensure_writable()
+        conf_run = (context.get("dag_run").conf or {}) if context.get("dag_run") else {}
+        resnapshot = set(conf_run.get("resnapshot") or [])
+        max_tasks = self.max_tasks or conf.getint("core", "max_map_length", fallback=1024)
+        plan = plan_chunks(p.source, p.config.source.tables, p.config.snapshot.split_options(),
+                           p.config.source.chunk_key, max_tasks=max_tasks)
+        finished = p.state.finished_tables()
+        unknown = resnapshot - {str(s.table) for s in plan.schemas}
+        if unknown:
+            from airflow.sdk.exceptions import AirflowFailException
+
+            raise AirflowFailException(f"dag_run.conf resnapshot names tables this pipeline does not capture: {sorted(unknown)}")
+        todo = [s for s in plan.schemas if str(s.table) not in finished or str(s.table) in resnapshot]
+        epoch = int(time.time() * 1000)
+        chunks = [c for c in plan.chunks if any(c.table == s.table for s in todo)]
+        tasks = group_into_tasks(chunks, max_tasks)
+        per_table = {str(s.table): {"epoch": epoch, "chunks": sum(1 for c in chunks if c.table == s.table)} for s in todo}
+        context["ti"].xcom_push(key="plan", value=per_table)
+        self.log.info("snapshot of %d table(s) in %d chunk(s), %d task(s); already finished: %s",
+                      len(todo), len(chunks), len(tasks), sorted(set(finished) - set(per_table)) or "none")
+        return [{"label": t.label, "chunks": [{**c.to_dict(), "epoch": epoch} for c in t.chunks]} for t in tasks]
