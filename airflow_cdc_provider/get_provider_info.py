@@ -19,4 +19,16 @@ def get_provider_info() -> dict:
                 "tags": ["software"],
             }
         ],
+        "operators": [
+            {
+                "integration-name": "MySQL CDC",
+                "python-modules": [
+                    "airflow_cdc_provider.operators.plan",
+                    "airflow_cdc_provider.operators.snapshot",
+                    "airflow_cdc_provider.operators.collect",
+                    "airflow_cdc_provider.operators.stream",
+                ],
+            }
+        ],
+        "sensors": [{"integration-name": "MySQL CDC", "python-modules": ["airflow_cdc_provider.sensors.retention"]}],
     }
