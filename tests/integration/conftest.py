@@ -29,8 +29,11 @@ def postgres():
 @pytest.fixture(scope="session")
 def spark():
     """One in-process Spark session for the tests' own checks (jobs under test run with spark-submit)."""
+    import logging
+
     from airflow_cdc_provider.spark.session import spark_session
 
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines at exit hit closed pytest streams
     s = spark_session("airflow-cdc tests", master="local[2]")
     yield s
     s.stop()
