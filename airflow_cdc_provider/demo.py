@@ -46,6 +46,15 @@ def show_run(result: dict, seconds: float) -> None:
               f"{s['last_offset']['file']}:{s['last_offset']['pos']}" if s.get("last_offset") else f"      stream: {s}")
 
 
+def run_and_show(env: dict, n: int) -> bool:
+    t = time.monotonic()
+    result = run_dag(env, DEMO / "dags", "demo_cdc", log_file=DEMO / f"run{n}.log")
+    show_run(result, time.monotonic() - t)
+    if result["state"] != "success":
+        print(f"    see {DEMO / f'run{n}.log'}")
+    return result["state"] == "success"
+
+
 def main() -> int:
     shutil.rmtree(DEMO, ignore_errors=True)
     (DEMO / "dags").mkdir(parents=True)
@@ -79,11 +88,7 @@ def main() -> int:
             migrate(env)
 
             step("run 1: validate -> plan -> snapshot chunks (Spark) -> collect watermarks -> stream")
-            t = time.monotonic()
-            r1 = run_dag(env, DEMO / "dags", "demo_cdc", log_file=DEMO / "run1.log")
-            show_run(r1, time.monotonic() - t)
-            if r1["state"] != "success":
-                print(f"    see {DEMO / 'run1.log'}")
+            if not run_and_show(env, 1):
                 return 1
 
             step("changes on the source: 1000 updates, 500 deletes, 250 inserts, a customer renamed")
@@ -94,11 +99,7 @@ def main() -> int:
             cur.execute("UPDATE customers SET name = 'Renamed' WHERE code = 'C00042'")
 
             step("run 2: nothing to snapshot; the stream resumes from its checkpoint")
-            t = time.monotonic()
-            r2 = run_dag(env, DEMO / "dags", "demo_cdc", log_file=DEMO / "run2.log")
-            show_run(r2, time.monotonic() - t)
-            if r2["state"] != "success":
-                print(f"    see {DEMO / 'run2.log'}")
+            if not run_and_show(env, 2):
                 return 1
 
             step("airflow-cdc verify: source vs sink, chunk by chunk")
