@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import pymysql
 
@@ -68,10 +68,14 @@ def plan_chunks(
     options: SplitOptions,
     chunk_keys: Mapping[str, Any] | None = None,
     max_tasks: int = DEFAULT_MAX_TASKS,
+    should_split: Callable[[TableSchema], bool] | None = None,
 ) -> ChunkPlan:
+    """Validate every table; split those ``should_split`` accepts (all by default), so a later run does not
+    pay the split queries of tables whose snapshot is already finished."""
     with contextlib.closing(connect(settings)) as conn:
         validation = validate_source(conn, tables, chunk_keys, source=f"source {settings.describe()}")
         chunks: list[Chunk] = []
         for schema in validation.schemas:
-            chunks += split_schema(conn, schema, options)
+            if should_split is None or should_split(schema):
+                chunks += split_schema(conn, schema, options)
     return ChunkPlan(validation, chunks, group_into_tasks(chunks, max_tasks))

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import load_config
-from ..jobspec import SECRETS_FILE_ENV, write_secrets_file
+from ..jobspec import write_secrets_file
 from ..pipeline import Pipeline, resolve_pipeline
 from ..spark.session import default_jars
 
@@ -54,6 +54,3 @@ def remove_secrets_file(path: Path | None) -> None:
     except OSError:
         pass
 
-
-__all__ = ["load_pipeline", "server_id_for", "spark_submit_defaults", "private_secrets_file",
-           "remove_secrets_file", "SECRETS_FILE_ENV"]

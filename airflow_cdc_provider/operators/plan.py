@@ -7,7 +7,6 @@ from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator
 
-from ..core.chunks import group_into_tasks
 from ..mysql.planner import plan_chunks
 from ..mysql.validation import SourceValidationError
 from ._common import load_pipeline
@@ -67,18 +66,21 @@ class PlanChunksOperator(BaseOperator):
         conf_run = (context.get("dag_run").conf or {}) if context.get("dag_run") else {}
         resnapshot = set(conf_run.get("resnapshot") or [])
         max_tasks = self.max_tasks or conf.getint("core", "max_map_length", fallback=1024)
-        plan = plan_chunks(p.source, p.config.source.tables, p.config.snapshot.split_options(),
-                           p.config.source.chunk_key, max_tasks=max_tasks)
         finished = p.state.finished_tables()
+
+        def needs_snapshot(schema) -> bool:
+            return str(schema.table) not in finished or str(schema.table) in resnapshot
+
+        plan = plan_chunks(p.source, p.config.source.tables, p.config.snapshot.split_options(),
+                           p.config.source.chunk_key, max_tasks=max_tasks, should_split=needs_snapshot)
         unknown = resnapshot - {str(s.table) for s in plan.schemas}
         if unknown:
             from airflow.sdk.exceptions import AirflowFailException
 
             raise AirflowFailException(f"dag_run.conf resnapshot names tables this pipeline does not capture: {sorted(unknown)}")
-        todo = [s for s in plan.schemas if str(s.table) not in finished or str(s.table) in resnapshot]
+        todo = [s for s in plan.schemas if needs_snapshot(s)]
         epoch = int(time.time() * 1000)
-        chunks = [c for c in plan.chunks if any(c.table == s.table for s in todo)]
-        tasks = group_into_tasks(chunks, max_tasks)
+        chunks, tasks = plan.chunks, plan.tasks
         per_table = {str(s.table): {"epoch": epoch, "chunks": sum(1 for c in chunks if c.table == s.table)} for s in todo}
         context["ti"].xcom_push(key="plan", value=per_table)
         self.log.info("snapshot of %d table(s) in %d chunk(s), %d task(s); already finished: %s",

@@ -11,7 +11,8 @@ from typing import Any, Sequence
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from ..spark_jobs import application_path
-from ._common import SECRETS_FILE_ENV, load_pipeline, private_secrets_file, remove_secrets_file, server_id_for, spark_submit_defaults
+from ..jobspec import SECRETS_FILE_ENV
+from ._common import load_pipeline, private_secrets_file, remove_secrets_file, server_id_for, spark_submit_defaults
 
 STREAM_SERVER_ID_SLOT = 10_000  # far from the chunk readers' slots
 

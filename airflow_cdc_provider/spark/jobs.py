@@ -21,29 +21,31 @@ def _logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
 
 
+def _run(argv: list[str] | None, script: str, title, runner) -> int:
+    """Parse ``--spec``, start the session named by ``title(spec)``, run ``runner(spark, spec, secrets)``."""
+    _logging()
+    args = _args(sys.argv[1:] if argv is None else argv, script)
+    spec = JobSpec.load(args.spec)
+    spark = spark_session(title(spec))
+    try:
+        return runner(spark, spec, load_secrets())
+    finally:
+        spark.stop()
+
+
 def snapshot_main(argv: list[str] | None = None) -> int:
     from .snapshot import run_snapshot
 
-    _logging()
-    args = _args(sys.argv[1:] if argv is None else argv, "snapshot_chunk.py")
-    spec = JobSpec.load(args.spec)
-    spark = spark_session(f"airflow-cdc {spec.pipeline} snapshot {spec.chunks[0]['split_id'] if spec.chunks else ''}")
-    try:
-        reports = run_snapshot(spark, spec, load_secrets())
-    finally:
-        spark.stop()
-    print(json.dumps({"chunks": len(reports), "rows": sum(r["rows"] for r in reports)}))
-    return 0
+    def run(spark, spec, secrets) -> int:
+        reports = run_snapshot(spark, spec, secrets)
+        print(json.dumps({"chunks": len(reports), "rows": sum(r["rows"] for r in reports)}))
+        return 0
+
+    first = lambda spec: spec.chunks[0]["split_id"] if spec.chunks else ""  # noqa: E731
+    return _run(argv, "snapshot_chunk.py", lambda spec: f"airflow-cdc {spec.pipeline} snapshot {first(spec)}", run)
 
 
 def stream_main(argv: list[str] | None = None) -> int:
     from .stream import run_stream
 
-    _logging()
-    args = _args(sys.argv[1:] if argv is None else argv, "binlog_stream.py")
-    spec = JobSpec.load(args.spec)
-    spark = spark_session(f"airflow-cdc {spec.pipeline} binlog stream")
-    try:
-        return run_stream(spark, spec, load_secrets())
-    finally:
-        spark.stop()
+    return _run(argv, "binlog_stream.py", lambda spec: f"airflow-cdc {spec.pipeline} binlog stream", run_stream)

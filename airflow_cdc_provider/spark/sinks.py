@@ -8,7 +8,7 @@ columns (``with_meta``).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 from ..mysql.types import TableSinkTypes
 from ..sinks import META_COLUMNS, META_NAMES, VERSION_COLUMNS, SinkConfig, SinkError

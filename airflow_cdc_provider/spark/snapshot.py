@@ -24,7 +24,7 @@ import math
 import time
 from typing import Any
 
-from ..core.chunks import Chunk, TableId
+from ..core.chunks import Chunk
 from ..core.keys import Key
 from ..core.records import OP_DELETE, ChangeRecord
 from ..faults import FaultSwitch

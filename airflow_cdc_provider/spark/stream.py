@@ -19,7 +19,6 @@ import pickle
 import signal
 import threading
 import time
-from typing import Any
 
 from ..core.chunks import TableId
 from ..faults import FaultSwitch

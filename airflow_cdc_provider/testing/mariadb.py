@@ -41,6 +41,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop_process_group(proc: subprocess.Popen | None, sig: int, timeout: float) -> None:
+    """Stop a server started with ``start_new_session=True``: ``sig`` to its process group, SIGKILL if it
+    has not exited within ``timeout`` seconds."""
+    if proc is None or proc.poll() is not None:
+        return
+    os.killpg(proc.pid, sig)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def _find_binary(name: str, candidates: tuple[str, ...] = ()) -> str:
     for c in candidates:
         if os.access(c, os.X_OK):
@@ -204,14 +217,7 @@ class PrivateMariaDB:
     def stop(self, timeout: float = 60.0) -> None:
         """Clean shutdown by PID (SIGTERM, then SIGKILL if it hangs)."""
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process_group(proc, signal.SIGTERM, timeout)
 
     def restart(self) -> None:
         self.stop()

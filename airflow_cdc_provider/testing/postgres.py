@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .mariadb import free_port
+from .mariadb import free_port, stop_process_group
 
 
 def pg_bin(name: str) -> str:
@@ -100,14 +100,7 @@ class PrivatePostgres:
 
     def stop(self, timeout: float = 60.0) -> None:
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        os.killpg(proc.pid, signal.SIGINT)  # fast shutdown
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_process_group(proc, signal.SIGINT, timeout)  # SIGINT: PostgreSQL's fast shutdown
 
     def restart(self) -> None:
         self.stop()

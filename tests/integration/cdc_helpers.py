@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pymysql
 
 from airflow_cdc_provider.core.chunks import SplitOptions, TableId
 from airflow_cdc_provider.jobspec import JobSpec, connection_fields
