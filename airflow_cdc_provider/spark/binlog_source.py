@@ -26,6 +26,7 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 SOURCE_SCHEMA = "table string, op string, file_seq bigint, pos bigint, row int, ts_ms bigint, payload binary"
 DEFAULT_MAX_ROWS = 50_000
+DEFAULT_RECONNECT_SECONDS = 300
 
 
 def offset_dict(file: str, pos: int, gtid: str | None, ts_ms: int, behind: bool) -> dict[str, Any]:
@@ -39,6 +40,7 @@ class BinlogReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):
         self.spec = JobSpec.from_json(spec_json)
         self.settings = self.spec.source_settings(secrets)
         self.max_rows = int(self.spec.stream.get("max_rows_per_batch") or DEFAULT_MAX_ROWS)
+        self.reconnect_timeout = float(self.spec.stream.get("reconnect_timeout") or DEFAULT_RECONNECT_SECONDS)
         self._target: dict[str, Any] | None = None
         self._ready = False
 
@@ -86,27 +88,60 @@ class BinlogReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):
         off = current_offset(self.conn)
         return offset_dict(off.file, off.pos, off.gtid, 0, False)
 
+    def _reconnecting(self, what: str, fn, *args):
+        """``fn(*args)``, retried with fresh connections while the server is unreachable (a restart, a
+        failover), for up to ``stream.reconnect_timeout`` seconds; then the error fails the query."""
+        import logging
+        import time
+
+        import pymysql
+
+        deadline = time.monotonic() + self.reconnect_timeout
+        delay = 1.0
+        while True:
+            try:
+                return fn(*args)
+            except (pymysql.err.OperationalError, pymysql.err.InterfaceError, ConnectionError) as exc:
+                if time.monotonic() + delay > deadline:
+                    raise
+                logging.getLogger("airflow_cdc.binlog").warning(
+                    "%s: source unreachable (%s); reconnecting in %.0fs", what, exc, delay)
+                self._reset()
+                time.sleep(delay)
+                delay = min(delay * 2, 10.0)
+
+    def _reset(self) -> None:
+        if self._ready:
+            try:
+                self.conn.close()
+            except Exception:
+                pass
+        self._ready = False
+
     # -- Spark API ---------------------------------------------------------------------------------
     def initialOffset(self) -> dict:
         from ..mysql.startup import resolve_startup
 
-        self._setup()
-        return resolve_startup(self.spec, self.settings, self.conn)
+        def initial() -> dict:
+            self._setup()
+            return resolve_startup(self.spec, self.settings, self.conn)
+
+        return self._reconnecting("initial offset", initial)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self._server_offset()
+        self._target = self._reconnecting("target offset", self._server_offset)
 
     def read(self, start: dict) -> tuple[Iterator[tuple], dict]:
         from ..core.offsets import BinlogOffset
 
-        target = self._target or self._server_offset()
+        target = self._target or self._reconnecting("server offset", self._server_offset)
         if not BinlogOffset.from_dict(target) > BinlogOffset.from_dict(start):
             return iter([]), start
-        rows, end = self._read(start, target, self.max_rows)
+        rows, end = self._reconnecting("binlog read", self._read, start, target, self.max_rows)
         return iter(rows), end
 
     def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[tuple]:
-        rows, _ = self._read(start, end, None)
+        rows, _ = self._reconnecting("binlog re-read", self._read, start, end, None)
         return iter(rows)
 
     def commit(self, end: dict) -> None:

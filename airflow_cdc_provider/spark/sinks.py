@@ -14,6 +14,7 @@ from ..mysql.types import TableSinkTypes
 from ..sinks import META_COLUMNS, META_NAMES, VERSION_COLUMNS, SinkConfig, SinkError
 from ..sinks.parquet import ParquetLayout
 from ..sinks.postgres import PostgresMirror, pg_ident
+from .columns import col, cols
 
 Hook = Callable[[], None]
 
@@ -40,7 +41,7 @@ def latest_per_key(df, key_columns):
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    w = Window.partitionBy(*[F.col(f"`{k}`") for k in key_columns]).orderBy(*[F.col(c).desc() for c in VERSION_COLUMNS])
+    w = Window.partitionBy(*cols(key_columns)).orderBy(*[F.col(c).desc() for c in VERSION_COLUMNS])
     return df.withColumn("__cdc_rank", F.row_number().over(w)).filter("__cdc_rank = 1").drop("__cdc_rank")
 
 
@@ -80,7 +81,7 @@ class SparkParquetSink:
         current = self.layout.read_current(table)
         if current:
             d = self.layout.chunk_dir(table, current["epoch"], 0).parent
-            parts.append(self.spark.read.schema(schema).parquet(str(d)).select(*schema.fieldNames()))
+            parts.append(self.spark.read.schema(schema).parquet(str(d)).select(*cols(schema.fieldNames())))
         if self.layout.has_changes(table):
             ch = self.spark.read.schema(schema).parquet(str(self.layout.table_dir(table) / "changes"))
             if current:
@@ -89,14 +90,14 @@ class SparkParquetSink:
                     (F.col("_cdc_file_seq") > s)
                     | ((F.col("_cdc_file_seq") == s) & ((F.col("_cdc_pos") > p) | ((F.col("_cdc_pos") == p) & (F.col("_cdc_row") > r))))
                 )
-            parts.append(ch.select(*schema.fieldNames()))
+            parts.append(ch.select(*cols(schema.fieldNames())))
         if not parts:
-            return self.spark.createDataFrame([], schema).select(*(types.schema.column_names if not include_meta else schema.fieldNames()))
+            return self.spark.createDataFrame([], schema).select(*cols(types.schema.column_names if not include_meta else schema.fieldNames()))
         df = parts[0]
         for p in parts[1:]:
             df = df.unionByName(p)
         df = latest_per_key(df, types.schema.key_columns).filter(F.col("_cdc_op") != "d")
-        return df if include_meta else df.select(*[F.col(f"`{c}`") for c in types.schema.column_names])
+        return df if include_meta else df.select(*cols(types.schema.column_names))
 
 
 class SparkPostgresSink:
@@ -106,8 +107,8 @@ class SparkPostgresSink:
         self.mirror = PostgresMirror(config, secrets)
 
     def prepare(self, types: TableSinkTypes) -> None:
-        cols = [(c.name, t.postgres) for c, t in zip(types.schema.columns, types.types, strict=True)]
-        self.mirror.ensure_table(str(types.schema.table), cols, types.schema.key_columns)
+        columns = [(c.name, t.postgres) for c, t in zip(types.schema.columns, types.types, strict=True)]
+        self.mirror.ensure_table(str(types.schema.table), columns, types.schema.key_columns)
 
     def _upsert(self, df, types: TableSinkTypes, chunk_tag: str | None) -> None:
         from pyspark.sql import functions as F
@@ -117,12 +118,12 @@ class SparkPostgresSink:
         keys = list(types.schema.key_columns)
         # Spark hands TimestampType to Python as local wall clock; as timestamp_ntz in the UTC session zone
         # it is the UTC wall clock, which PostgreSQL (session zone UTC) stores as the right instant.
-        cols = []
+        data = []
         for c, t in zip(types.schema.columns, types.types, strict=True):
-            col = F.col(f"`{c.name}`")
-            cols.append((col.cast("timestamp_ntz") if t.spark == "timestamp" else col).alias(c.name))
+            ref = col(c.name)
+            data.append((ref.cast("timestamp_ntz") if t.spark == "timestamp" else ref).alias(c.name))
         out = df.select(
-            *cols, *[F.col(n) for n in META_NAMES],
+            *data, *[F.col(n) for n in META_NAMES],
             (F.col("_cdc_op") == "d").alias("_cdc_deleted"), F.lit(chunk_tag).cast("string").alias("_cdc_chunk"),
         )
         mirror = self.mirror
@@ -166,10 +167,10 @@ class SparkPostgresSink:
         query = f"(SELECT {', '.join(exprs)} FROM {self.mirror.qualified(str(types.schema.table))} WHERE NOT \"_cdc_deleted\") AS m"
         df = self.spark.read.jdbc(self.jdbc_url(), query, properties={
             "user": self.config.conn.get("login") or "", "password": self.mirror.password, "driver": "org.postgresql.Driver"})
-        cols = [F.col(f"`{c.name}`").cast(t.spark).alias(c.name) for c, t in zip(types.schema.columns, types.types, strict=True)]
+        out = [col(c.name).cast(t.spark).alias(c.name) for c, t in zip(types.schema.columns, types.types, strict=True)]
         if include_meta:
-            cols += [F.col(n) for n in META_NAMES]
-        return df.select(*cols)
+            out += [F.col(n) for n in META_NAMES]
+        return df.select(*out)
 
 
 def spark_sink(spark, config: SinkConfig, secrets: dict[str, str]):

@@ -33,6 +33,46 @@ from .sinks import meta_ddl, spark_sink
 
 log = logging.getLogger("airflow_cdc.stream")
 IDLE_HEARTBEAT_SECONDS = 5.0
+STOP_GRACE_SECONDS = 90
+
+
+class _GracefulStopHook:
+    """A JVM shutdown hook, run before Spark's own hooks stop the SparkContext: it asks the driver loop to stop
+    the query and waits until the status says so. Without it, SIGTERM to spark-submit (the JVM is the parent
+    of this Python driver) would tear the session down under a running batch."""
+
+    def __init__(self, job: "StreamJob") -> None:
+        self.job = job
+
+    def run(self) -> None:
+        self.job._stop.set()
+        self.job._done.wait(STOP_GRACE_SECONDS)
+
+    class Java:
+        implements = ["java.lang.Runnable"]
+
+
+def _install_stop_hook(spark, job: "StreamJob"):
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    gw = spark.sparkContext._gateway
+    ensure_callback_server_started(gw)
+    jvm = gw.jvm
+    # A Java Thread around the Python Runnable: a JVM object with a stable identity, so it can be removed again.
+    job._stop_hook_target = _GracefulStopHook(job)  # keep the Python side alive as long as the job
+    hook = jvm.java.lang.Thread(job._stop_hook_target)
+    # Hadoop's manager runs hooks by priority, highest first; Spark's hooks run inside one at priority 40.
+    jvm.org.apache.hadoop.util.ShutdownHookManager.get().addShutdownHook(
+        hook, 100, STOP_GRACE_SECONDS + 10, jvm.java.util.concurrent.TimeUnit.SECONDS)
+    return hook
+
+
+def _remove_stop_hook(spark, hook) -> None:
+    """After a stop that did not come through the hook: this Python process may be gone when the JVM exits."""
+    try:
+        spark.sparkContext._gateway.jvm.org.apache.hadoop.util.ShutdownHookManager.get().removeShutdownHook(hook)
+    except Exception as exc:  # IllegalStateException: the JVM is shutting down, the hook is running
+        log.debug("shutdown hook not removed: %s", exc)
 
 
 class StreamJob:
@@ -48,6 +88,7 @@ class StreamJob:
         self.batches = 0
         self.last_batch_id: int | None = None
         self._stop = threading.Event()
+        self._done = threading.Event()
         settings = spec.source_settings(secrets)
         with contextlib.closing(connect(settings)) as conn:
             self.types = {
@@ -105,10 +146,22 @@ class StreamJob:
             "batches": self.batches,
             "batch_id": self.last_batch_id,
             "app_id": self.spark.sparkContext.applicationId,
+            "ui_url": self.spark.sparkContext.uiWebUrl,
         })
 
     # -- run -----------------------------------------------------------------------------------------
     def run(self) -> int:
+        hook = _install_stop_hook(self.spark, self) if self.mode == "continuous" else None
+        try:
+            return self._run()
+        finally:
+            self._done.set()
+            if hook is not None:
+                _remove_stop_hook(self.spark, hook)
+
+    def _run(self) -> int:
+        from pyspark.errors import StreamingQueryException
+
         self.store.clear_stop()
         self.spark.dataSource.register(source_class_with(self.secrets))
         df = self.spark.readStream.format("airflow_cdc_binlog").option("spec", self.spec.to_json()).load()
@@ -124,8 +177,10 @@ class StreamJob:
         last_write, seen_batch = 0.0, None
         state = "finished"
         while True:
-            done = query.awaitTermination(1)
-            if done:
+            try:
+                if query.awaitTermination(1):
+                    break
+            except StreamingQueryException:  # the query failed; reported below from query.exception()
                 break
             if self.last_batch_id != seen_batch or time.time() - last_write > IDLE_HEARTBEAT_SECONDS:
                 self.write_status(query, "running")

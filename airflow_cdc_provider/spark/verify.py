@@ -16,6 +16,7 @@ from typing import Any, Sequence
 from ..core.keys import Key, encode_key
 from ..mysql.settings import ConnectionSettings
 from ..mysql.types import TableSinkTypes
+from .columns import cols
 from .jdbc_read import read_key_ranges
 
 
@@ -56,9 +57,9 @@ class TableVerdict:
 def _row_hash(df, columns: Sequence[str]):
     from pyspark.sql import functions as F
 
-    cols = [F.col(f"`{c}`") for c in columns]
-    nulls = F.concat_ws("", *[F.when(c.isNull(), F.lit("1")).otherwise(F.lit("0")) for c in cols])
-    return F.xxhash64(*cols, nulls)
+    refs = cols(columns)
+    nulls = F.concat_ws("", *[F.when(c.isNull(), F.lit("1")).otherwise(F.lit("0")) for c in refs])
+    return F.xxhash64(*refs, nulls)
 
 
 def verify_table(spark, settings: ConnectionSettings, sink, types: TableSinkTypes,
@@ -69,10 +70,10 @@ def verify_table(spark, settings: ConnectionSettings, sink, types: TableSinkType
     keys = list(schema.key_columns)
     names = schema.column_names
     src = read_key_ranges(spark, settings, types, ranges)
-    src = src.select(*[F.col(f"`{k}`") for k in keys], F.spark_partition_id().alias("__chunk"),
+    src = src.select(*cols(keys), F.spark_partition_id().alias("__chunk"),
                      _row_hash(src, names).alias("__hs"))
     snk = sink.current_state(types)
-    snk = snk.select(*[F.col(f"`{k}`") for k in keys], _row_hash(snk, names).alias("__hk"))
+    snk = snk.select(*cols(keys), _row_hash(snk, names).alias("__hk"))
     joined = src.join(snk, on=keys, how="full_outer").withColumn(
         "__diff", F.when(F.col("__hs").isNull() | F.col("__hk").isNull() | (F.col("__hs") != F.col("__hk")), 1).otherwise(0)
     ).persist()

@@ -1,0 +1,16 @@
+"""Column references by exact name. Spark parses a name given as a string (dots, backticks), so source
+column names like ``a.b`` or ``we`ird`` must be quoted, with backticks doubled."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+
+def col(name: str):
+    from pyspark.sql import functions as F
+
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def cols(names: Iterable[str]) -> list:
+    return [col(n) for n in names]
