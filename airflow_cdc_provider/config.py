@@ -104,7 +104,9 @@ SCHEMA: dict[str, Any] = {
             "startup": Field(STR + DICT),
             "max_rows_per_batch": Field(INT, check=_positive_int),
             "trigger_interval": Field(STR),
-            "heartbeat_timeout": Field(STR + INT),
+            "heartbeat_timeout": Field(INT, check=_positive_int),
+            "deferrable": Field(BOOL),
+            "reconnect_timeout": Field(INT, check=_positive_int),
         },
     ),
     "sink": (

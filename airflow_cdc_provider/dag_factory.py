@@ -100,7 +100,8 @@ def build_dag(path: str | Path):
         ).expand(chunk=plan.output)
         collect = CollectWatermarksOperator(task_id="collect_watermarks", config=config, trigger_rule="none_failed")
         retention = BinlogRetentionSensor(task_id="binlog_retention", config=config)
-        stream = BinlogStreamOperator(task_id="stream", config=config, **spark)
+        stream = BinlogStreamOperator(task_id="stream", config=config,
+                                      deferrable=cfg.section("stream").get("deferrable", True), **spark)
         validate >> plan >> snapshot >> collect >> retention >> stream
     return dag
 

@@ -31,4 +31,7 @@ def get_provider_info() -> dict:
             }
         ],
         "sensors": [{"integration-name": "MySQL CDC", "python-modules": ["airflow_cdc_provider.sensors.retention"]}],
+        "hooks": [{"integration-name": "MySQL CDC", "python-modules": ["airflow_cdc_provider.hooks.mysql_cdc"]}],
+        "triggers": [{"integration-name": "MySQL CDC", "python-modules": ["airflow_cdc_provider.triggers.stream"]}],
+        "extra-links": ["airflow_cdc_provider.links.SparkUILink"],
     }

@@ -23,19 +23,19 @@ class ValidateSourceOperator(BaseOperator):
         self.config = config
 
     def execute(self, context: Any) -> dict[str, Any]:
-        import contextlib
-
         from airflow.sdk.exceptions import AirflowFailException
 
-        from ..mysql.planner import connect
-        from ..mysql.validation import validate_source
+        from ..hooks.mysql_cdc import MySqlCdcHook
+
+        from ..pipeline import check_writable
 
         p = load_pipeline(self.config)
-        p.state.ensure_writable()
+        problems = check_writable(p)
+        if problems:
+            raise AirflowFailException("pipeline paths:\n- " + "\n- ".join(problems))
+        hook = MySqlCdcHook(p.config.source.conn_id, settings=p.source)
         try:
-            with contextlib.closing(connect(p.source)) as conn:
-                result = validate_source(conn, p.config.source.tables, p.config.source.chunk_key,
-                                         source=f"source {p.source.describe()}")
+            result = hook.validate(p.config.source.tables, p.config.source.chunk_key)
         except SourceValidationError as exc:
             raise AirflowFailException("source validation failed:\n- " + "\n- ".join(exc.problems)) from None
         return {"server": result.info.version, "tables": [str(s.table) for s in result.schemas]}

@@ -4,51 +4,51 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from typing import Any, Sequence
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from ..spark_jobs import application_path
 from ..jobspec import SECRETS_FILE_ENV
+from ..links import SPARK_UI_XCOM_KEY, SparkUILink
+from ..spark_jobs import application_path
+from ..stream_health import StreamHealth, current_status, judge, local_alive, process_alive
 from ._common import load_pipeline, private_secrets_file, remove_secrets_file, server_id_for, spark_submit_defaults
 
 STREAM_SERVER_ID_SLOT = 10_000  # far from the chunk readers' slots
-
-
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True
+STOP_GRACE_SECONDS = 90  # a graceful stop ends the running batch first
 
 
 class BinlogStreamOperator(SparkSubmitOperator):
     """Run ``binlog_stream.py`` for the pipeline (seeded by collect_watermarks, resumed from its checkpoint).
 
     ``available_now`` (YAML ``stream.mode``): the job catches up to the position current at its start and
-    exits; the task fails on a non-zero exit. ``continuous``: the job is started detached (pid and app id in
-    XCom and the state store), then watched: the task fails when the job dies or its status heartbeat is
-    older than ``heartbeat_timeout`` seconds, so an Airflow retry restarts it from its checkpoint; it ends
-    successfully when the job stops on request (``airflow-cdc`` state ``stream/stop``). A second stream of the
-    same pipeline is never launched while one is alive; ``on_kill`` stops the job.
+    exits; the task fails on a non-zero exit.
+
+    ``continuous``: the job is started detached (pid, host and log in XCom key ``stream_launch`` and in the
+    state store), and once it is up the task defers to ``StreamHeartbeatTrigger`` (``deferrable=False``
+    watches in the worker instead). The task fails when the job dies, fails, or its status heartbeat is older
+    than ``heartbeat_timeout`` seconds, so an Airflow retry restarts it from its checkpoint; it succeeds when
+    the job stops on request (``airflow-cdc stop CONFIG``, or SIGTERM to spark-submit). A second stream of
+    the same pipeline is never launched while one is alive. Marking the task failed or clearing it stops the
+    job gracefully (``on_kill`` of the operator, or of the trigger while deferred).
     """
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "config")
     ui_color = "#f3e8fd"
+    operator_extra_links = (SparkUILink(),)
 
-    def __init__(self, *, config: str, heartbeat_timeout: float | None = None, poll_interval: float = 2.0,
-                 **kwargs: Any) -> None:
+    def __init__(self, *, config: str, heartbeat_timeout: float | None = None, poll_interval: float = 5.0,
+                 deferrable: bool = True, **kwargs: Any) -> None:
         kwargs.setdefault("durable", False)
         kwargs.setdefault("name", "airflow-cdc-stream")
         super().__init__(application=application_path("binlog_stream"), **spark_submit_defaults(kwargs))
         self.config = config
         self.heartbeat_timeout = heartbeat_timeout
         self.poll_interval = poll_interval
+        self.deferrable = deferrable
         self._proc: subprocess.Popen | None = None
         self._state = None
 
@@ -58,82 +58,118 @@ class BinlogStreamOperator(SparkSubmitOperator):
         p = load_pipeline(self.config)
         self._state = p.state
         launch = p.state.read_json(p.state.LAUNCH) or {}
-        if _alive(launch.get("pid")):
+        if local_alive(launch) is not False and launch.get("pid"):
             raise AirflowFailException(
-                f"a stream of this pipeline is already running (pid {launch['pid']}); stop it first "
-                "(mark its task failed, or request a stop) instead of launching a second one")
+                f"a stream of this pipeline is already running (pid {launch['pid']} on {launch.get('host')}); "
+                "stop it first (airflow-cdc stop CONFIG, or mark its task failed) instead of launching a second one")
         dag_run = context.get("dag_run")
         if dag_run is not None and str(getattr(dag_run, "run_type", "")).endswith("backfill"):
             self.log.info("backfill run: the stream is not launched (CDC backfills are re-snapshots)")
             return {"skipped": "backfill"}
         tables = {t: {"chunk_key": p.config.source.chunk_key.get(t)} for t in sorted((p.state.read_seed() or {}).get("tables", {}))}
-        if not tables:
+        if not tables and (p.stream.get("startup") or "initial") == "initial":
             raise AirflowFailException("no finished snapshot and no stream seed: run the snapshot tasks first")
+        tables = tables or {t: {"chunk_key": p.config.source.chunk_key.get(t)} for t in p.config.source.tables}
         spec = p.job_spec(server_id=server_id_for(p, STREAM_SERVER_ID_SLOT), tables=tables)
         spec_path = spec.write(p.state.path("specs", "binlog_stream.json"))
         secrets_file = private_secrets_file(p.secrets)
         self.application_args = ["--spec", str(spec_path)]
         self.env_vars = {**(self.env_vars or {}), SECRETS_FILE_ENV: str(secrets_file)}
-        mode = p.stream.get("mode") or "available_now"
-        timeout = float(self.heartbeat_timeout or p.stream.get("heartbeat_timeout") or 120)
         p.state.clear_stop()
-        try:
-            if mode == "available_now":
+        if (p.stream.get("mode") or "available_now") == "available_now":
+            try:
                 super().execute(context)
-            else:
-                self._run_continuous(context, p, timeout)
+            finally:
+                remove_secrets_file(secrets_file)
+            status = p.state.read_status() or {}
+            context["ti"].xcom_push(key=SPARK_UI_XCOM_KEY, value=status.get("ui_url") or "")
+            return self._ended(p, StreamHealth("ended", "", status))
+        return self._run_continuous(context, p, secrets_file)
+
+    # -- continuous ---------------------------------------------------------------------------------
+    def _timeout(self, p) -> float:
+        return float(self.heartbeat_timeout or p.stream.get("heartbeat_timeout") or 120)
+
+    def _run_continuous(self, context: Any, p, secrets_file) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowException
+
+        cmd = self._get_hook()._build_spark_submit_command(self.application)
+        log_path = p.state.path("stream", "job.log")
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        started = time.time()
+        with open(log_path, "ab") as log:
+            self._proc = subprocess.Popen(cmd, env={**os.environ, **(self.env_vars or {})}, stdout=log,
+                                          stderr=subprocess.STDOUT, start_new_session=True)
+        launch = {"pid": self._proc.pid, "host": socket.gethostname(), "started_at": started, "log": str(log_path)}
+        p.state.write_json(p.state.LAUNCH, launch)
+        context["ti"].xcom_push(key="stream_launch", value=launch)
+        self.log.info("stream launched (pid %d), log %s", self._proc.pid, log_path)
+        timeout = self._timeout(p)
+        try:  # the job has read its secrets once it wrote a status; then the file goes
+            health = self._watch(p, launch, timeout, until_started=True)
         finally:
             remove_secrets_file(secrets_file)
-            p.state.delete(p.state.LAUNCH)
-        status = p.state.read_status() or {}
+        context["ti"].xcom_push(key=SPARK_UI_XCOM_KEY, value=health.status.get("ui_url") or "")
+        if not health.final and self.deferrable:
+            from ..triggers.stream import StreamHeartbeatTrigger
+
+            self.defer(trigger=StreamHeartbeatTrigger(p.state.uri, launch, timeout, self.poll_interval),
+                       method_name="execute_complete")
+        if not health.final:
+            health = self._watch(p, launch, timeout)
+        if health.verdict != "ended":
+            self._terminate(launch)
+            raise AirflowException(health.message)
+        return self._ended(p, health)
+
+    def _watch(self, p, launch: dict[str, Any], timeout: float, until_started: bool = False) -> StreamHealth:
+        while True:
+            health = judge(p.state.read_status(), launch, now=time.time(), heartbeat_timeout=timeout,
+                           alive=local_alive(launch))
+            if health.final or (until_started and current_status(health.status, launch)):
+                return health
+            time.sleep(1.0 if until_started else self.poll_interval)
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowException
+
+        p = load_pipeline(self.config)
+        self._state = p.state
+        health = StreamHealth(event["verdict"], event["message"], event.get("status") or {})
+        if health.verdict != "ended":
+            self._terminate(p.state.read_json(p.state.LAUNCH) or {})
+            raise AirflowException(health.message)
+        return self._ended(p, health)
+
+    def _ended(self, p, health: StreamHealth) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        p.state.delete(p.state.LAUNCH)
+        status = health.status
         if status.get("state") not in ("finished", "stopped"):
             raise AirflowFailException(f"the stream job ended in state {status.get('state')!r}; see its log above")
         self.log.info("stream %s: %s rows emitted in %s batches, last offset %s", status.get("state"),
                       status.get("rows_emitted"), status.get("batches"), status.get("last_offset"))
         return status
 
-    def _run_continuous(self, context: Any, p, heartbeat_timeout: float) -> None:
-        from airflow.sdk.exceptions import AirflowException
-
-        hook = self._get_hook()
-        cmd = hook._build_spark_submit_command(self.application)
-        env = {**os.environ, **(self.env_vars or {})}
-        log_path = p.state.path("stream", "job.log")
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        started = time.time()
-        with open(log_path, "ab") as log:
-            self._proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        p.state.write_json(p.state.LAUNCH, {"pid": self._proc.pid, "started_at": started})
-        context["ti"].xcom_push(key="stream_pid", value=self._proc.pid)
-        self.log.info("stream launched (pid %d), log %s", self._proc.pid, log_path)
-        while True:
-            rc = self._proc.poll()
-            if rc is not None:
-                if rc != 0:
-                    raise AirflowException(f"the stream job exited with {rc}; see {log_path}")
-                return
-            status = p.state.read_status() or {}
-            beat = status.get("updated_at") or started
-            if time.time() - max(beat, started) > heartbeat_timeout:
-                self._terminate()
-                raise AirflowException(f"the stream's heartbeat is {time.time() - beat:.0f}s old (limit "
-                                       f"{heartbeat_timeout:.0f}s): stopped it; a retry restarts it from its checkpoint")
-            time.sleep(self.poll_interval)
-
-    def _terminate(self) -> None:
-        proc = self._proc
-        if proc is None or proc.poll() is not None:
-            return
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-
-    def on_kill(self) -> None:
+    def _terminate(self, launch: dict[str, Any]) -> None:
+        """Graceful first (stop request + SIGTERM to spark-submit), then SIGKILL of its process group."""
         if self._state is not None:
             self._state.request_stop()
+        pid = launch.get("pid")
+        if not pid or not local_alive(launch):
+            return
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.time() + STOP_GRACE_SECONDS
+        while process_alive(pid) and time.time() < deadline:
+            time.sleep(0.5)
+        if process_alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+        if self._state is not None:
+            self._state.delete(self._state.LAUNCH)
+
+    def on_kill(self) -> None:
         if self._proc is not None:
-            self._terminate()
+            self._terminate({"pid": self._proc.pid, "host": socket.gethostname()})
         else:
             super().on_kill()

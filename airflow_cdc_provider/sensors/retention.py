@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any, Sequence
 
 from airflow.sdk.bases.sensor import BaseSensorOperator
 
 from ..core.offsets import BinlogOffset
-from ..mysql.planner import connect
-from ..mysql.server import binlog_files
+from ..hooks.mysql_cdc import MySqlCdcHook
 from ..operators._common import load_pipeline
 
 
@@ -41,8 +39,8 @@ class BinlogRetentionSensor(BaseSensorOperator):
         start = resume_offset(p.state)
         if start is None or (p.stream.get("startup") or "initial") != "initial" and not p.state.read_status():
             return True
-        with contextlib.closing(connect(p.source)) as conn:
-            files = [f for f, _ in binlog_files(conn)]
+        hook = MySqlCdcHook(p.config.source.conn_id, settings=p.source)
+        files = hook.binlog_files()
         if start.file in files:
             return True
         raise AirflowFailException(

@@ -1,5 +1,10 @@
 """Packaging facts users and Airflow rely on: provider registration, server flavor, example pipelines, SQL."""
 
+import importlib
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,7 +27,22 @@ def test_provider_is_discovered_by_airflow():
 
     from airflow.providers_manager import ProvidersManager
 
-    assert "airflow-cdc-provider" in ProvidersManager().providers
+    pm = ProvidersManager()
+    assert "airflow-cdc-provider" in pm.providers
+    assert "airflow_cdc_provider.links.SparkUILink" in pm.extra_links_class_names
+    assert "airflow_cdc_provider.triggers.stream" in [t.trigger_class_name for t in pm.trigger]
+    for group in ("operators", "sensors", "hooks", "triggers"):
+        for module in info[group][0]["python-modules"]:
+            importlib.import_module(module)
+
+
+def test_airflow_providers_list_shows_the_provider(tmp_path):
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path)}
+    airflow = str(Path(sys.executable).with_name("airflow"))
+    out = subprocess.run([airflow, "providers", "list", "-o", "json"], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    listed = {p["package_name"]: p for p in json.loads(out.stdout[out.stdout.index("["):])}
+    assert listed["airflow-cdc-provider"]["version"] == get_provider_info()["versions"][0]
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,57 @@
+"""The stream watch's judgement: heartbeat age, final states, dead processes, stale status files."""
+
+import os
+import subprocess
+import sys
+import time
+
+from airflow_cdc_provider.stream_health import judge, process_alive
+
+LAUNCH = {"pid": 4242, "host": "h", "started_at": 1000.0, "log": "/x/job.log"}
+
+
+def status(state, updated_at, **kw):
+    return {"state": state, "updated_at": updated_at, "batches": 3, "rows_emitted": 7, **kw}
+
+
+def test_running_while_the_heartbeat_is_fresh():
+    h = judge(status("running", 1050), LAUNCH, now=1100, heartbeat_timeout=60, alive=True)
+    assert h.verdict == "running" and not h.final
+
+
+def test_stalled_when_the_heartbeat_is_older_than_the_limit():
+    h = judge(status("running", 1050), LAUNCH, now=1111, heartbeat_timeout=60, alive=True)
+    assert h.verdict == "stalled" and h.final and "61s old (limit 60s)" in h.message
+
+
+def test_a_job_that_never_wrote_a_status_stalls_from_its_launch_time():
+    assert judge(None, LAUNCH, now=1030, heartbeat_timeout=60, alive=True).verdict == "starting"
+    assert judge(None, LAUNCH, now=1061, heartbeat_timeout=60, alive=True).verdict == "stalled"
+
+
+def test_an_older_runs_status_does_not_count():
+    old = status("stopped", 900)
+    assert judge(old, LAUNCH, now=1010, heartbeat_timeout=60, alive=True).verdict == "starting"
+
+
+def test_final_states_win_over_a_dead_process():
+    assert judge(status("stopped", 1200), LAUNCH, now=1201, heartbeat_timeout=60, alive=False).verdict == "ended"
+    assert judge(status("finished", 1200), LAUNCH, now=1201, heartbeat_timeout=60, alive=False).verdict == "ended"
+    h = judge(status("failed", 1200), LAUNCH, now=1201, heartbeat_timeout=60, alive=False)
+    assert h.verdict == "failed" and "/x/job.log" in h.message
+
+
+def test_dead_without_a_final_status_is_died_but_unknown_liveness_relies_on_the_heartbeat():
+    h = judge(status("running", 1200), LAUNCH, now=1201, heartbeat_timeout=60, alive=False)
+    assert h.verdict == "died" and "retry resumes" in h.message
+    assert judge(status("running", 1200), LAUNCH, now=1201, heartbeat_timeout=60, alive=None).verdict == "running"
+
+
+def test_process_alive_reaps_an_exited_child():
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    assert process_alive(os.getpid()) and not process_alive(None)
+    deadline = time.monotonic() + 30
+    while process_alive(p.pid):  # turns False once the child exited: reaped, not left as a zombie
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{p.pid}")
