@@ -5,6 +5,8 @@
 any difference, 0 when equal.
 ``airflow-cdc materialize CONFIG.yaml --table T --output DIR`` writes a table's current state (as the sink
 holds it) to Parquet.
+``airflow-cdc status CONFIG.yaml`` prints the stream's status (offset, lag, rows, heartbeat age) as JSON.
+``airflow-cdc stop CONFIG.yaml [--wait S]`` asks a running stream to stop after its current batch.
 
 Errors are one line per problem on stderr, prefixed ``airflow-cdc: error:``, exit code 2; they name the
 file, key or table and say what to change.
@@ -54,6 +56,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return _fail([str(exc)])
     where = f"{args.config}: source"
     try:
+        from .pipeline import check_writable, resolve_pipeline
+
+        problems = check_writable(resolve_pipeline(cfg))
+        if problems:
+            return _fail(problems)
         settings = resolve_mysql(cfg.source.conn_id)
         plan = plan_chunks(
             settings,
@@ -64,7 +71,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         )
     except SourceValidationError as exc:
         return _fail([f"{where}: {p}" for p in exc.problems])
-    except (ConnectionConfigError, SourceError, ValueError) as exc:
+    except (ConfigError, ConnectionConfigError, SourceError, ValueError) as exc:
         return _fail([f"{where}: {exc}"])
     if args.json:
         json.dump({"dag_id": cfg.dag_id, "chunk_size": cfg.snapshot.chunk_size, **plan.to_dict()}, sys.stdout, indent=2)
@@ -153,6 +160,47 @@ def cmd_materialize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _state_of(config: str):
+    from .pipeline import resolve_state
+
+    return resolve_state(load_config(config))
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import time
+
+    try:
+        state = _state_of(args.config)
+    except ConfigError as exc:
+        return _fail([str(exc)])
+    status = state.read_status()
+    if status is None:
+        return _fail([f"{args.config}: no stream status in {state.uri} yet (the stream has not run)"])
+    status["heartbeat_age_seconds"] = round(time.time() - float(status.get("updated_at") or 0), 1)
+    status["launch"] = state.read_json(state.LAUNCH)
+    json.dump(status, sys.stdout, indent=2)
+    print()
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    import time
+
+    try:
+        state = _state_of(args.config)
+    except ConfigError as exc:
+        return _fail([str(exc)])
+    state.request_stop()
+    print(f"stop requested in {state.uri}: the stream stops after its current batch")
+    deadline = time.time() + args.wait
+    while time.time() < deadline:
+        if (state.read_status() or {}).get("state") in ("stopped", "finished", "failed"):
+            print(f"stream {state.read_status()['state']}")
+            return 0
+        time.sleep(1)
+    return 0 if args.wait == 0 else _fail([f"the stream did not stop within {args.wait}s"])
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="airflow-cdc", description="MySQL/MariaDB CDC pipelines for Airflow and Spark")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -176,6 +224,13 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--output", required=True, help="output directory (overwritten)")
     m.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     m.set_defaults(func=cmd_materialize)
+    st = sub.add_parser("status", help="print the stream's status heartbeat as JSON")
+    st.add_argument("config", help="pipeline YAML file")
+    st.set_defaults(func=cmd_status)
+    sp = sub.add_parser("stop", help="ask the pipeline's running stream to stop after its current batch")
+    sp.add_argument("config", help="pipeline YAML file")
+    sp.add_argument("--wait", type=float, default=0, help="wait up to this many seconds for the stop (default: don't)")
+    sp.set_defaults(func=cmd_stop)
     return ap
 
 

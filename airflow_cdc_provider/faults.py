@@ -6,7 +6,8 @@ Set ``AIRFLOW_CDC_FAULT`` (or the job spec's ``fault``) to JSON::
 
 * ``point``: ``after_low_watermark``, ``after_select``, ``after_high_watermark``, ``mid_sink_write``,
   ``mid_batch``;
-* ``action``: ``kill`` (SIGKILL of this process: nothing gets to clean up) or ``fail`` (an exception);
+* ``action``: ``kill`` (SIGKILL of this process: nothing gets to clean up), ``fail`` (an exception) or
+  ``pause`` (sleep ``seconds``, default 10: holds a chunk window open so a test can commit into it);
 * ``match``: only where the context (a split id, a table, a batch id) contains this text;
 * ``once``: a marker file; the fault fires only if it does not exist yet, and creates it, so the retry that
   follows succeeds.
@@ -17,9 +18,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from typing import Any, Mapping
 
 POINTS = ("after_low_watermark", "after_select", "after_high_watermark", "mid_sink_write", "mid_batch")
+ACTIONS = ("kill", "fail", "pause")
 ENV = "AIRFLOW_CDC_FAULT"
 
 
@@ -33,8 +36,8 @@ def parse_fault(value: str | Mapping[str, Any] | None) -> dict[str, Any] | None:
     fault = json.loads(value) if isinstance(value, str) else dict(value)
     if fault.get("point") not in POINTS:
         raise ValueError(f"{ENV}: point must be one of {', '.join(POINTS)}, got {fault.get('point')!r}")
-    if fault.get("action", "kill") not in ("kill", "fail"):
-        raise ValueError(f"{ENV}: action must be 'kill' or 'fail', got {fault.get('action')!r}")
+    if fault.get("action", "kill") not in ACTIONS:
+        raise ValueError(f"{ENV}: action must be one of {', '.join(ACTIONS)}, got {fault.get('action')!r}")
     return fault
 
 
@@ -53,6 +56,10 @@ class FaultSwitch:
             except FileExistsError:
                 return
             os.close(fd)
-        if f.get("action", "kill") == "kill":
+        action = f.get("action", "kill")
+        if action == "pause":
+            time.sleep(float(f.get("seconds", 10)))
+            return
+        if action == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         raise InjectedFault(f"injected fault at {point} ({context})")

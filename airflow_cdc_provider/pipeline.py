@@ -69,13 +69,35 @@ def sink_config(cfg: PipelineConfig) -> tuple[SinkConfig, str | None]:
     return SinkConfig(type="jdbc", conn=conn, schema=s.get("schema") or "public"), password
 
 
+def resolve_state(cfg: PipelineConfig) -> StateStore:
+    """The pipeline's state store (no connection needed)."""
+    return StateStore(cfg.section("state").get("path") or str(data_home() / cfg.dag_id / "state"))
+
+
 def resolve_pipeline(cfg: PipelineConfig) -> Pipeline:
     source = resolve_mysql(cfg.source.conn_id)
     sink, sink_password = sink_config(cfg)
     secrets = {"source_password": source.password}
     if sink_password:
         secrets["sink_password"] = sink_password
-    state_path = cfg.section("state").get("path") or str(data_home() / cfg.dag_id / "state")
     stream = {"mode": "available_now", "startup": "initial", "max_rows_per_batch": DEFAULT_MAX_ROWS_PER_BATCH,
               **cfg.section("stream")}
-    return Pipeline(cfg, source, sink, secrets, StateStore(state_path), stream)
+    return Pipeline(cfg, source, sink, secrets, resolve_state(cfg), stream)
+
+
+def check_writable(p: Pipeline) -> list[str]:
+    """Problems with the state store and the parquet sink path, each naming the YAML key and what to do."""
+    from .state import StateStoreError, ensure_writable_dir, local_path
+
+    where = p.config.path or p.dag_id
+    problems = []
+    try:
+        p.state.ensure_writable()
+    except StateStoreError as exc:
+        problems.append(f"{where}: {exc}")
+    if p.sink.type == "parquet":
+        try:
+            ensure_writable_dir(local_path(p.sink.path), f"sink path {p.sink.path!r}", "sink.path")
+        except StateStoreError as exc:
+            problems.append(f"{where}: {exc}")
+    return problems

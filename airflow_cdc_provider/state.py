@@ -32,6 +32,20 @@ class StateStoreError(RuntimeError):
     pass
 
 
+def ensure_writable_dir(root: Path, what: str, key: str) -> None:
+    """Create ``root`` if needed and prove a file can be written there; else a StateStoreError naming ``key``."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f".probe-{os.getpid()}"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise StateStoreError(
+            f"{what} is not writable ({exc.strerror or exc}); set {key} to a directory the Airflow workers "
+            "and Spark driver can write"
+        ) from None
+
+
 def local_path(uri: str) -> Path:
     """``/x``, ``x`` or ``file:///x`` -> a local Path; other schemes are refused with a clear message."""
     parts = urlsplit(str(uri))
@@ -59,16 +73,7 @@ class StateStore:
         return self.root.joinpath(*parts)
 
     def ensure_writable(self) -> None:
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            probe = self.root / f".probe-{os.getpid()}"
-            probe.write_text("ok")
-            probe.unlink()
-        except OSError as exc:
-            raise StateStoreError(
-                f"state path {self.uri!r} is not writable ({exc.strerror}); set state.path to a directory "
-                "the Airflow workers and Spark driver can write"
-            ) from None
+        ensure_writable_dir(self.root, f"state path {self.uri!r}", "state.path")
 
     def write_json(self, rel: str, data: Any, mode: int = 0o644) -> Path:
         target = self.path(rel)

@@ -40,16 +40,46 @@ def migrate(env: dict[str, str]) -> None:
         raise RuntimeError(f"airflow db migrate failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
 
 
+def _command(dag_folder: Path, dag_id: str, conf: dict[str, Any] | None) -> list[str]:
+    return [sys.executable, "-m", "airflow_cdc_provider.testing.airflow_run", str(dag_folder), dag_id, json.dumps(conf or {})]
+
+
+def _result(returncode: int, stdout: str, stderr: str) -> dict[str, Any]:
+    marker = [line for line in stdout.splitlines() if line.startswith("AIRFLOW_RUN_RESULT ")]
+    if not marker:
+        raise RuntimeError(f"dag run produced no result (exit {returncode}):\n{stdout[-4000:]}\n{stderr[-6000:]}")
+    return json.loads(marker[-1][len("AIRFLOW_RUN_RESULT "):])
+
+
 def run_dag(env: dict[str, str], dag_folder: Path, dag_id: str, conf: dict[str, Any] | None = None,
             timeout: float = 1200, log_file: Path | None = None) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "airflow_cdc_provider.testing.airflow_run", str(dag_folder), dag_id, json.dumps(conf or {})]
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    res = subprocess.run(_command(dag_folder, dag_id, conf), env=env, capture_output=True, text=True, timeout=timeout)
     if log_file is not None:
         log_file.write_text(res.stdout + "\n" + res.stderr)
-    marker = [line for line in res.stdout.splitlines() if line.startswith("AIRFLOW_RUN_RESULT ")]
-    if not marker:
-        raise RuntimeError(f"dag run produced no result (exit {res.returncode}):\n{res.stdout[-4000:]}\n{res.stderr[-6000:]}")
-    return json.loads(marker[-1][len("AIRFLOW_RUN_RESULT "):])
+    return _result(res.returncode, res.stdout, res.stderr)
+
+
+class BackgroundDagRun:
+    """``run_dag`` in the background (for DAGs whose stream runs until stopped); ``result()`` waits for it."""
+
+    def __init__(self, env: dict[str, str], dag_folder: Path, dag_id: str, log_file: Path,
+                 conf: dict[str, Any] | None = None) -> None:
+        self.log_file = log_file
+        self._out = open(log_file, "w+")
+        self.proc = subprocess.Popen(_command(dag_folder, dag_id, conf), env=env, stdout=self._out,
+                                     stderr=subprocess.STDOUT, text=True)
+
+    def result(self, timeout: float = 600) -> dict[str, Any]:
+        rc = self.proc.wait(timeout)
+        self._out.close()
+        text = self.log_file.read_text()
+        return _result(rc, text, "")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._out.close()
 
 
 def _main(argv: list[str]) -> int:

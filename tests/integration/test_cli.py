@@ -92,3 +92,24 @@ def test_wrong_password(pipeline, source_db):
     line = one_line_error(res)
     assert "cannot connect to src (cdc@127.0.0.1:" in line and "check the login and password" in line
     assert "Wr0ngPa55" not in res.stderr + res.stdout
+
+
+def test_unreachable_host(pipeline, source_db, mariadb):
+    from airflow_cdc_provider.testing.mariadb import free_port
+
+    write, _ = pipeline
+    dead = source_db.server.connection_uri().replace(f":{mariadb.port}", f":{free_port()}")
+    line = one_line_error(run(write([source_db.table("orders")]), env_extra={"AIRFLOW_CONN_SRC": dead}))
+    assert "cannot connect to src (cdc@127.0.0.1:" in line
+    assert "check the host and port of the connection and that the server is running" in line
+
+
+@pytest.mark.parametrize("key", ["state", "sink"])
+def test_unwritable_state_or_sink_path(pipeline, source_db, tmp_path, key):
+    write, env = pipeline
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    path = write([source_db.table("orders")], extra=f"{key}:\n  path: {blocker / 'sub'}\n")
+    line = one_line_error(run(path, env_extra=env))
+    assert line.startswith(f"airflow-cdc: error: {path}: {key} path '{blocker / 'sub'}' is not writable (Not a directory)")
+    assert f"set {key}.path to a directory the Airflow workers and Spark driver can write" in line
