@@ -10,12 +10,13 @@ APT_PACKAGES := mariadb-server mariadb-client default-jre-headless libmariadb-ja
 DEPS_STAMP := $(VENV)/.deps-$(shell cat setup.cfg requirements/constraints.txt | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: help system-deps deps test test-unit demo bench clean
+.PHONY: help system-deps deps test test-unit demo bench soak clean
 
 help:
 	@echo "make demo   - run the example pipeline end to end on the embedded defaults"
 	@echo "make test   - install what is missing, then run the whole test suite"
 	@echo "make test-unit - only the fast tests that need no services"
+	@echo "make soak   - the load and fault scenarios at soak sizes (1M-row sysbench load, ...); prints a table"
 
 system-deps:
 	@missing=""; for p in $(APT_PACKAGES); do \
@@ -45,6 +46,12 @@ test-unit: deps
 
 demo: deps
 	$(PY) -m airflow_cdc_provider.demo
+
+SOAK_TESTS := tests/integration/test_load.py tests/integration/test_faults.py tests/integration/test_spark_pipeline.py
+
+soak: deps
+	AIRFLOW_CDC_SOAK=1 AIRFLOW_CDC_SCENARIO_REPORT=soak-report.txt $(PY) -m pytest $(SOAK_TESTS) -p no:cacheprovider $(PYTEST_ARGS)
+	@cat soak-report.txt
 
 bench: deps
 	$(PY) bench/snapshot_bench.py

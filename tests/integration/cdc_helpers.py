@@ -6,6 +6,9 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import itertools
+import os
+import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -80,10 +83,39 @@ class Pipeline:
             assert res.returncode == 0, self.last_log("binlog_stream")
         return res
 
+    @contextlib.contextmanager
+    def continuous_stream(self, **stream: Any):
+        """The stream job in ``continuous`` mode in the background (its own process group), yielded as its
+        Popen once its status says running; stopped on the way out if the test left it running."""
+        spec = self.spec(stream={"mode": "continuous", "trigger_interval": "1 second", **stream})
+        proc = submit("binlog_stream", spec, self.secrets, self.tmp / "jobs", background=True)
+        try:
+            wait_until(lambda: (self.state.read_status() or {}).get("state") == "running", "the stream to run")
+            yield proc
+        finally:
+            if proc.poll() is None:
+                self.state.request_stop()
+                try:
+                    proc.wait(120)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+
     def last_log(self, app: str) -> str:
         logs = sorted((self.tmp / "jobs").glob(f"{app}-*.log"), key=lambda p: p.stat().st_mtime)
         text = logs[-1].read_text(errors="replace") if logs else "(no log)"
         return "\n".join(line for line in text.splitlines() if " WARN " not in line)[-6000:]
+
+
+def wait_until(condition, what: str, timeout: float = 120.0, interval: float = 0.5) -> Any:
+    """Poll ``condition`` until it returns something truthy; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
 
 
 def normalize(v: Any) -> Any:
@@ -126,10 +158,12 @@ def sink_rows(spark, sink_cfg: SinkConfig, secrets: dict, types: TableSinkTypes)
 class BackgroundWriter:
     """Inserts, updates (also of the key) and deletes rows of ``orders(id, v, note)`` until stopped."""
 
-    def __init__(self, server, database: str, key_space: int, seed: int = 7) -> None:
+    def __init__(self, server, database: str, key_space: int, seed: int = 7, rate: float | None = None) -> None:
+        """``rate``: operations per second (default: as fast as the server takes them)."""
         import random
 
         self.server, self.database, self.key_space = server, database, key_space
+        self.pause = 1.0 / rate if rate else 0.0
         self.rng = random.Random(seed)
         self.ops = 0
         self._stop = threading.Event()
@@ -139,7 +173,7 @@ class BackgroundWriter:
     def _run(self) -> None:
         try:
             with contextlib.closing(self.server.app_connection(self.database)) as conn, conn.cursor() as cur:
-                while not self._stop.is_set():
+                while not self._stop.wait(self.pause):
                     k = self.rng.randrange(1, self.key_space)
                     op = self.rng.random()
                     if op < 0.3:
@@ -163,3 +197,17 @@ class BackgroundWriter:
         self._thread.join(30)
         if self.error:
             raise self.error
+
+
+def write_pipeline(pipelines: Path, db, tmp_path: Path, extra: str = "", tables=("orders", "customers"),
+                   sink: str | None = None, dag_id: str = "shop_cdc", chunk_size: int = 2000) -> Path:
+    """A pipeline YAML over ``tables`` of the test database (parquet sink under tmp_path unless ``sink``)."""
+    p = pipelines / f"{dag_id}.yaml"
+    names = ", ".join(db.table(t) for t in tables)
+    sink = sink or f"sink:\n  type: parquet\n  path: {tmp_path / 'sink'}\n"
+    p.write_text(
+        f"dag_id: {dag_id}\nsource:\n  conn_id: src\n  tables: [{names}]\n"
+        f"snapshot:\n  chunk_size: {chunk_size}\n  max_active_chunks: 1\n{sink}"
+        f"state:\n  path: {tmp_path / 'state'}\ndefault_args:\n  retries: 1\n  retry_delay: 0\n{extra}"
+    )
+    return p

@@ -2,38 +2,27 @@
 
 from __future__ import annotations
 
-import shutil
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
-import pytest
+from airflow_cdc_provider.sinks.parquet import ParquetLayout
+from airflow_cdc_provider.state import StateStore
+from airflow_cdc_provider.stream_health import process_alive
+from airflow_cdc_provider.testing.airflow_run import BackgroundDagRun, run_dag
 
-from airflow_cdc_provider.testing.airflow_run import airflow_env, migrate, run_dag
+from .test_spark_pipeline import make_orders
+from .cdc_helpers import parquet_sink, sink_rows, source_rows, table_types, wait_until, write_pipeline
 
-from .cdc_helpers import parquet_sink, sink_rows, source_rows, table_types
+CLI = str(Path(sys.executable).parent / "airflow-cdc")
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def airflow_home(tmp_path, source_db):
-    dags, pipelines = tmp_path / "dags", tmp_path / "pipelines"
-    dags.mkdir()
-    pipelines.mkdir()
-    shutil.copy(ROOT / "dags" / "cdc_pipelines.py", dags / "cdc_pipelines.py")
-    env = airflow_env(tmp_path / "airflow", dags, pipelines,
-                      {"AIRFLOW_CONN_SRC": source_db.server.connection_uri(), "AIRFLOW_CDC_DATA": str(tmp_path / "cdc")})
-    migrate(env)
-    return env, dags, pipelines
-
-
-def write_pipeline(pipelines: Path, db, tmp_path: Path, extra: str = "") -> Path:
-    p = pipelines / "shop.yaml"
-    p.write_text(
-        f"dag_id: shop_cdc\nsource:\n  conn_id: src\n  tables: [{db.table('orders')}, {db.table('customers')}]\n"
-        f"snapshot:\n  chunk_size: 2000\n  max_active_chunks: 1\nsink:\n  type: parquet\n  path: {tmp_path / 'sink'}\n"
-        f"state:\n  path: {tmp_path / 'state'}\ndefault_args:\n  retries: 1\n  retry_delay: 0\n{extra}"
-    )
-    return p
+def make_shop(db, orders: int, customers: int) -> None:
+    """orders (integer key) and customers (string key with a space in its name)."""
+    make_orders(db, orders)
+    db.execute("CREATE TABLE customers (`customer id` VARCHAR(20) PRIMARY KEY, name VARCHAR(50))")
+    db.executemany("INSERT INTO customers VALUES (%s, %s)", [(f"c{i:04d}", f"name {i}") for i in range(customers)])
 
 
 def test_dagbag_reports_a_broken_pipeline_without_hiding_the_others(airflow_home, source_db, tmp_path):
@@ -48,12 +37,9 @@ def test_dagbag_reports_a_broken_pipeline_without_hiding_the_others(airflow_home
 
 def test_snapshot_then_stream_then_resume_then_resnapshot(airflow_home, source_db, tmp_path, spark):
     env, dags, pipelines = airflow_home
-    source_db.execute("CREATE TABLE orders (id INT PRIMARY KEY, v INT NOT NULL, note VARCHAR(20))")
-    source_db.executemany("INSERT INTO orders VALUES (%s, %s, 'init')", [(i, i) for i in range(1, 5001)])
-    source_db.execute("CREATE TABLE customers (`customer id` VARCHAR(20) PRIMARY KEY, name VARCHAR(50))")
-    source_db.executemany("INSERT INTO customers VALUES (%s, %s)", [(f"c{i:04d}", f"name {i}") for i in range(300)])
+    make_shop(source_db, orders=5000, customers=300)
     write_pipeline(pipelines, source_db, tmp_path)
-    fault = {"point": "after_select", "action": "fail", "match": "orders:1", "once": str(tmp_path / "fault-once")}
+    fault = {"point": "after_select", "action": "kill", "match": "orders:1", "once": str(tmp_path / "fault-once")}
     env1 = {**env, "AIRFLOW_CDC_FAULT": __import__("json").dumps(fault)}
 
     run1 = run_dag(env1, dags, "shop_cdc", log_file=tmp_path / "run1.log")
@@ -89,3 +75,46 @@ def test_snapshot_then_stream_then_resume_then_resnapshot(airflow_home, source_d
     assert len(labels) == 3 and all(source_db.table("orders") in lbl for lbl in labels)
     for t in ("orders", "customers"):
         assert sink_rows(spark, sink, {}, table_types(source_db, t)) == source_rows(source_db, t)
+
+
+def test_continuous_stream_task_follows_changes_until_stopped(airflow_home, source_db, tmp_path, spark):
+    env, dags, pipelines = airflow_home
+    make_shop(source_db, orders=3000, customers=50)
+    config = write_pipeline(pipelines, source_db, tmp_path,
+                            "stream:\n  mode: continuous\n  trigger_interval: 1 second\n  heartbeat_timeout: 60\n")
+    state, sink = StateStore(tmp_path / "state"), parquet_sink(tmp_path)
+    run = BackgroundDagRun(env, dags, "shop_cdc", tmp_path / "run.log")
+    try:
+        wait_until(lambda: (state.read_status() or {}).get("state") == "running", "the stream task's job to run", 600)
+        launch = state.read_json(state.LAUNCH)
+        assert process_alive(launch["pid"])
+        source_db.execute("UPDATE orders SET note = 'live' WHERE id <= 20")
+        source_db.execute("DELETE FROM orders WHERE id > 2990")
+        source_db.execute("INSERT INTO customers VALUES ('live one', 'x')")
+        for t in ("orders", "customers"):
+            wait_until(lambda: sink_rows(spark, sink, {}, table_types(source_db, t)) == source_rows(source_db, t),
+                       f"{t}: the live changes to reach the sink", 120)
+        # the job dies: the deferred task fails, its retry relaunches the job from the checkpoint
+        os.killpg(launch["pid"], signal.SIGKILL)
+        source_db.execute("UPDATE orders SET note = 'after kill' WHERE id BETWEEN 100 AND 109")
+        wait_until(lambda: (state.read_json(state.LAUNCH) or {}).get("pid") not in (None, launch["pid"])
+                   and (state.read_status() or {}).get("state") == "running", "the retry to relaunch the stream", 300)
+        wait_until(lambda: sink_rows(spark, sink, {}, table_types(source_db, "orders")) == source_rows(source_db, "orders"),
+                   "the changes made while the job was dead to reach the sink", 120)
+        relaunch = state.read_json(state.LAUNCH)
+        stop = subprocess.run([CLI, "stop", str(config), "--wait", "120"], env=env, capture_output=True, text=True)
+        assert stop.returncode == 0, stop.stdout + stop.stderr
+        result = run.result(300)
+    finally:
+        run.kill()
+        leftover = state.read_json(state.LAUNCH) or {}
+        if process_alive(leftover.get("pid")):
+            os.killpg(leftover["pid"], signal.SIGKILL)
+    assert result["state"] == "success", result
+    assert [t["try_number"] for t in result["tis"] if t["task_id"] == "stream"] == [2]
+    stream = result["xcom"]["stream[-1]"]
+    assert stream["state"] == "stopped" and stream["rows_emitted"] == 10, stream  # the retry's own count
+    assert not process_alive(relaunch["pid"]) and state.read_json(state.LAUNCH) is None
+    changes = spark.read.parquet(str(ParquetLayout(sink.path).table_dir(source_db.table("orders")) / "changes"))
+    keys = [tuple(r) for r in changes.select("_cdc_file_seq", "_cdc_pos", "_cdc_row").collect()]
+    assert len(keys) == len(set(keys)) == 20 + 10 + 10, "a change was lost or written twice across the kill"

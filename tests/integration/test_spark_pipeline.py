@@ -18,6 +18,7 @@ from airflow_cdc_provider.mysql.schema import load_schema
 from airflow_cdc_provider.mysql.server import current_offset
 from airflow_cdc_provider.sinks.parquet import ParquetLayout
 
+from .conftest import scale
 from .cdc_helpers import BackgroundWriter, Pipeline, jdbc_sink, parquet_sink, sink_rows, source_rows, table_types
 
 CLI = str(Path(sys.executable).parent / "airflow-cdc")
@@ -25,12 +26,13 @@ CLI = str(Path(sys.executable).parent / "airflow-cdc")
 
 def make_orders(db, n: int) -> None:
     db.execute("CREATE TABLE orders (id INT PRIMARY KEY, v INT NOT NULL, note VARCHAR(20))")
-    db.executemany("INSERT INTO orders VALUES (%s, %s, 'init')", [(i, i) for i in range(1, n + 1)])
+    db.execute(f"INSERT INTO orders SELECT seq, seq, 'init' FROM seq_1_to_{n}")  # MariaDB's sequence engine
 
 
 def expected_changelog(db, seed: dict, table: str, server_id: int) -> list[tuple]:
-    """Every committed change since the seed that no snapshot chunk contains, straight from the binlog:
-    a change of key k at p belongs to the changelog iff p is after the HW of the chunk whose range holds k."""
+    """``(op, *key, file_seq, pos, row)`` of every committed change since the seed that no snapshot chunk
+    contains, straight from the binlog: a change of key k at p belongs to the changelog iff p is after the HW
+    of the chunk whose range holds k. (Python key order: use keys whose collation agrees with it.)"""
     with db.connection() as conn:
         schema = load_schema(conn, TableId.parse(table))
         end = current_offset(conn)
@@ -46,15 +48,16 @@ def expected_changelog(db, seed: dict, table: str, server_id: int) -> list[tuple
     out = []
     for rec in read_changes_between(db.settings, server_id, BinlogOffset.from_dict(seed["start"]), end, {schema.table: schema}):
         if rec.position.is_after(chunk_hw(rec.key)):
-            out.append((rec.op, rec.key[0], *rec.position.sort_key))
+            out.append((rec.op, *rec.key, *rec.position.sort_key))
     return out
 
 
-def changelog(spark, sink_path: str, table: str) -> list[tuple]:
+def changelog(spark, sink_path: str, table: str, key_columns: tuple[str, ...] = ("id",)) -> list[tuple]:
+    """``(op, *key, file_seq, pos, row)`` of every change event in the parquet sink's changelog."""
     d = ParquetLayout(sink_path).table_dir(table) / "changes"
     if not d.exists():
         return []
-    rows = spark.read.parquet(str(d)).select("_cdc_op", "id", "_cdc_file_seq", "_cdc_pos", "_cdc_row").collect()
+    rows = spark.read.parquet(str(d)).select("_cdc_op", *key_columns, "_cdc_file_seq", "_cdc_pos", "_cdc_row").collect()
     return [tuple(r) for r in rows]
 
 
@@ -105,9 +108,9 @@ def test_snapshot_under_concurrent_writes_then_stream_is_exactly_once(source_db,
     assert out["tables"][0]["first_differences"] == [{"key": [victim], "chunk": None, "problem": "extra in sink"}]
 
 
-def test_stream_killed_mid_batch_resumes_without_loss_or_duplicates(source_db, tmp_path, spark, server_id):
-    make_orders(source_db, 2_000)
-    p = Pipeline(source_db, tmp_path, parquet_sink(tmp_path), ["orders"], chunk_size=1_000)
+def test_stream_killed_mid_batch_resumes_without_loss_or_duplicates(source_db, tmp_path, spark, server_id, scenario):
+    make_orders(source_db, scale(2_000, 200_000))
+    p = Pipeline(source_db, tmp_path, parquet_sink(tmp_path), ["orders"], chunk_size=scale(1_000, 50_000))
     p.snapshot(p.plan())
     seed = p.collect()
     for i in range(1, 1201):
@@ -123,21 +126,23 @@ def test_stream_killed_mid_batch_resumes_without_loss_or_duplicates(source_db, t
     assert len(got) == len(set(got)), "a change was written twice"
     assert sorted(got) == sorted(expected_changelog(source_db, seed, source_db.table("orders"), server_id))
     assert sink_rows(spark, p.sink, p.secrets, table_types(source_db, "orders")) == source_rows(source_db, "orders")
+    scenario.update(rows=scale(2_000, 200_000), changes=len(got), faults=1)
 
 
 @pytest.mark.parametrize("sink_type", ["parquet", "jdbc"])
-def test_chunk_retried_after_kill_mid_write_leaves_one_copy(source_db, tmp_path, spark, postgres, sink_type):
-    make_orders(source_db, 3_000)
+def test_chunk_retried_after_kill_mid_write_leaves_one_copy(source_db, tmp_path, spark, postgres, sink_type, scenario):
+    n = scale(3_000, 300_000)
+    make_orders(source_db, n)
     sink = parquet_sink(tmp_path) if sink_type == "parquet" else jdbc_sink(postgres, f"s_{source_db.name}")
-    p = Pipeline(source_db, tmp_path, sink, ["orders"], postgres=postgres, chunk_size=1_000)
+    p = Pipeline(source_db, tmp_path, sink, ["orders"], postgres=postgres, chunk_size=n // 3)
     chunks = p.plan()
     fault = {"point": "mid_sink_write", "action": "kill", "match": ":1", "once": str(tmp_path / "fault-once")}
     res = p.snapshot(chunks, fault=fault, check=False)
     assert res.returncode != 0, "the injected SIGKILL did not happen"
     assert p.state.read_chunk_report(source_db.table("orders"), chunks[0]["epoch"], 1) is None
     # between the attempts: a row the first attempt wrote disappears, another changes
-    source_db.execute("DELETE FROM orders WHERE id = 1500")
-    source_db.execute("UPDATE orders SET note = 'between' WHERE id = 1600")
+    source_db.execute("DELETE FROM orders WHERE id = %s", (n // 2,))
+    source_db.execute("UPDATE orders SET note = 'between' WHERE id = %s", (n // 2 + 100,))
     p.snapshot(chunks)
     p.collect()
 
@@ -147,8 +152,9 @@ def test_chunk_retried_after_kill_mid_write_leaves_one_copy(source_db, tmp_path,
         layout = ParquetLayout(p.sink.path)
         epoch_dir = layout.chunk_dir(source_db.table("orders"), chunks[0]["epoch"], 0).parent
         ids = [r[0] for r in spark.read.parquet(str(epoch_dir)).select("id").collect()]
-        assert len(ids) == len(set(ids)) == 2_999
+        assert len(ids) == len(set(ids)) == n - 1
     else:
         with postgres.connect() as conn, conn.cursor() as cur:
             cur.execute(f'SELECT count(*), count(*) FILTER (WHERE NOT _cdc_deleted) FROM "s_{source_db.name}"."{source_db.name}__orders"')
-            assert cur.fetchone() == (3_000, 2_999)  # 1500 is a tombstone
+            assert cur.fetchone() == (n, n - 1)  # n // 2 is a tombstone
+    scenario.update(rows=n, changes=2, faults=1)
