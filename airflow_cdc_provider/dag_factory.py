@@ -7,8 +7,11 @@ that have no finished snapshot (all of them the first time, none later, or those
 ``dag_run.conf["resnapshot"]``) and then streams the binlog from where the last run stopped.
 
 ``load_pipeline_dags(folder)`` builds every ``*.yaml``/``*.yml`` in the folder. A file that fails to load
-does not take the others down: its error (file, key, what to change) is logged and raised as a warning,
-which Airflow shows as an import warning of the loader file.
+does not take the others down: the loader module skips it, and a second DAG file,
+``dags/cdc_pipeline_errors.py``, calls ``raise_pipeline_errors(folder)``, which fails its import with one
+error naming each broken file and key. Airflow keeps one import error per Python file, so this is how a
+broken YAML shows up in the UI's import errors, and disappears at the next parse once the file is fixed,
+while every valid pipeline's DAG keeps loading from the loader module.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +31,8 @@ SPARK_KEYS = ("conf", "py_files", "executor_memory", "driver_memory", "executor_
 DEFAULT_START = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 
 
-class PipelineLoadWarning(UserWarning):
-    pass
+class PipelineFilesError(Exception):
+    """Some pipeline files could not be turned into DAGs; the message names each file and why."""
 
 
 def spark_kwargs(cfg: PipelineConfig) -> dict[str, Any]:
@@ -91,6 +93,7 @@ def build_dag(path: str | Path):
         default_args=_default_args(cfg),
         tags=list(cfg.raw.get("tags") or ["cdc"]),
         doc_md=doc_md(cfg),
+        auto_register=False,  # returned to the caller: building twice (loader + error check) registers nothing
     ) as dag:
         validate = ValidateSourceOperator(task_id="validate_source", config=config)
         plan = PlanChunksOperator(task_id="plan_chunks", config=config)
@@ -111,26 +114,44 @@ def pipelines_folder(default: str | Path | None = None) -> Path:
     return Path(env) if env else Path(default or Path.cwd() / "pipelines")
 
 
-def load_pipeline_dags(folder: str | Path | None = None) -> dict[str, Any]:
-    """``{dag_id: DAG}`` for every pipeline YAML in ``folder``; broken files are reported, not fatal."""
+def _load(folder: str | Path | None) -> tuple[dict[str, Any], list[str]]:
+    """``({dag_id: DAG}, [error per file that did not load])`` for the pipeline YAML files in ``folder``."""
     d = Path(folder) if folder else pipelines_folder()
-    dags: dict[str, Any] = {}
     if not d.is_dir():
-        warnings.warn(f"pipeline folder {d} does not exist (set AIRFLOW_CDC_PIPELINES)", PipelineLoadWarning, stacklevel=2)
-        return dags
+        return {}, [f"pipeline folder {d} does not exist: create it or set AIRFLOW_CDC_PIPELINES to the folder "
+                    "that holds the pipeline YAML files"]
+    dags: dict[str, Any] = {}
+    errors: list[str] = []
     for path in sorted([*d.glob("*.yaml"), *d.glob("*.yml")]):
         try:
             dag = build_dag(path)
         except ConfigError as exc:
-            msg = str(exc)
+            errors.append(str(exc))
         except Exception as exc:  # noqa: BLE001 - one broken pipeline must not hide the others
-            msg = f"{path}: {type(exc).__name__}: {exc}"
+            errors.append(f"{path}: {type(exc).__name__}: {exc}")
         else:
             if dag.dag_id in dags:
-                msg = f"{path}: dag_id {dag.dag_id!r} is already used by another pipeline file; set a unique dag_id"
+                errors.append(f"{path}: dag_id {dag.dag_id!r} is already used by another pipeline file; "
+                              "set a unique dag_id")
             else:
                 dags[dag.dag_id] = dag
-                continue
+    return dags, errors
+
+
+def load_pipeline_dags(folder: str | Path | None = None) -> dict[str, Any]:
+    """``{dag_id: DAG}`` for every pipeline YAML in ``folder`` that loads; the others are logged and left out
+    (``raise_pipeline_errors`` reports them as an import error)."""
+    dags, errors = _load(folder)
+    for msg in errors:
         log.error("pipeline not loaded: %s", msg)
-        warnings.warn(f"pipeline not loaded: {msg}", PipelineLoadWarning, stacklevel=2)
     return dags
+
+
+def raise_pipeline_errors(folder: str | Path | None = None) -> None:
+    """Raise ``PipelineFilesError`` naming every pipeline file in ``folder`` that does not load; return
+    quietly when all do. Called at import time by ``dags/cdc_pipeline_errors.py``."""
+    _, errors = _load(folder)
+    if errors:
+        raise PipelineFilesError(
+            f"{len(errors)} pipeline file(s) not loaded (the other pipelines' DAGs are unaffected):\n"
+            + "\n".join(f"- {e}" for e in errors))

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from .testing.airflow_run import airflow_env, migrate, run_dag
+from .testing.airflow_run import airflow_env, install_dag_files, migrate, run_dag
 from .testing.mariadb import PrivateMariaDB
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,7 +81,7 @@ def main() -> int:
                 f"stream:\n  mode: available_now\nsink:\n  type: parquet\n  path: {DEMO / 'sink'}\n"
                 f"state:\n  path: {DEMO / 'state'}\ndefault_args:\n  retries: 1\n"
             )
-            shutil.copy(ROOT / "dags" / "cdc_pipelines.py", DEMO / "dags" / "cdc_pipelines.py")
+            install_dag_files(DEMO / "dags")
             env = airflow_env(DEMO / "airflow", DEMO / "dags", DEMO / "pipelines",
                               {"AIRFLOW_CONN_DEMO_SOURCE": db.connection_uri()})
             step("airflow db migrate (SQLite under .demo/airflow)")

@@ -50,6 +50,11 @@ class SourceDB:
     def table(self, name: str) -> str:
         return f"{self.name}.{name}"
 
+    def reconnect(self) -> None:
+        """A new application connection (after a server restart)."""
+        self.app.close()
+        self.app = self.server.app_connection(self.name)
+
     def analyze(self, table: str) -> None:
         self.execute(f"ANALYZE TABLE `{table}`")
 
@@ -69,10 +74,11 @@ def source_db(mariadb: PrivateMariaDB, request: pytest.FixtureRequest) -> Iterat
     mariadb.create_database(name)
     app = mariadb.app_connection(name)
     settings = ConnectionSettings.from_airflow_conn(mariadb.connection_uri(), conn_id="cdc_source")
+    db = SourceDB(mariadb, name, app, settings)
     try:
-        yield SourceDB(mariadb, name, app, settings)
+        yield db
     finally:
-        app.close()
+        db.app.close()
         mariadb.drop_database(name)
 
 

@@ -17,6 +17,17 @@ from pathlib import Path
 from typing import Any
 
 
+DAG_FILES = Path(__file__).resolve().parents[2] / "dags"
+
+
+def install_dag_files(dags_folder: Path) -> None:
+    """Copy the pipeline loader and its error reporter (``dags/*.py`` of this checkout) into a dags folder."""
+    import shutil
+
+    for f in ("cdc_pipelines.py", "cdc_pipeline_errors.py"):
+        shutil.copy(DAG_FILES / f, Path(dags_folder) / f)
+
+
 def airflow_env(home: Path, dags: Path, pipelines: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.update({

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_cdc_provider.testing.airflow_run import airflow_env, migrate
+from airflow_cdc_provider.testing.airflow_run import airflow_env, install_dag_files, migrate
 from airflow_cdc_provider.testing.postgres import PrivatePostgres
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,7 +37,7 @@ def airflow_home(tmp_path, source_db):
     dags, pipelines = tmp_path / "dags", tmp_path / "pipelines"
     dags.mkdir()
     pipelines.mkdir()
-    shutil.copy(ROOT / "dags" / "cdc_pipelines.py", dags / "cdc_pipelines.py")
+    install_dag_files(dags)
     env = airflow_env(tmp_path / "airflow", dags, pipelines,
                       {"AIRFLOW_CONN_SRC": source_db.server.connection_uri(), "AIRFLOW_CDC_DATA": str(tmp_path / "cdc")})
     migrate(env)

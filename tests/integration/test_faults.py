@@ -40,7 +40,7 @@ def test_mariadb_restart_while_the_stream_runs(source_db, mariadb, tmp_path, spa
         wait_until(lambda: (p.state.read_status() or {}).get("rows_emitted", 0) >= 100, "the first changes")
         mariadb.restart()
         scenario["faults"] += 1
-        source_db.app.ping(reconnect=True)
+        source_db.reconnect()
         source_db.execute("UPDATE orders SET note = 'after' WHERE id BETWEEN 200 AND 299")
         source_db.execute("DELETE FROM orders WHERE id > %s", (n - 50,))
         wait_until(lambda: (p.state.read_status() or {}).get("rows_emitted", 0) >= 250,
@@ -93,12 +93,12 @@ def test_binlog_rotation_during_chunk_windows_and_the_stream(source_db, mariadb,
     rotator = threading.Thread(target=rotate, daemon=True)
     rotator.start()
     try:
-        # soak: a fixed write rate, or the writer outruns a 1M-row snapshot by hundreds of thousands of changes
-        with BackgroundWriter(mariadb, source_db.name, key_space=n + 1000, rate=scale(None, 500)) as writer:
+        # a fixed write rate: unthrottled, the writer outruns the snapshot by hundreds of thousands of changes
+        with BackgroundWriter(mariadb, source_db.name, key_space=n + 1000, rate=scale(200, 500)) as writer:
             p.snapshot(chunks)
             seed = p.collect()
-            p.stream(max_rows=scale(300, 5000))
-        p.stream(max_rows=scale(300, 5000))
+            p.stream(max_rows=scale(1000, 5000))
+        p.stream(max_rows=scale(1000, 5000))
     finally:
         stop.set()
         rotator.join(10)
