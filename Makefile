@@ -5,7 +5,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := mariadb-server mariadb-client default-jre-headless libmariadb-java libpostgresql-jdbc-java postgresql sysbench
+APT_PACKAGES := mariadb-server mariadb-client default-jre-headless libmariadb-java libpostgresql-jdbc-java postgresql sysbench curl
 # Re-install the Python environment only when its inputs change.
 DEPS_STAMP := $(VENV)/.deps-$(shell cat setup.cfg requirements/constraints.txt | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=

@@ -41,14 +41,14 @@ def judge(status: dict[str, Any] | None, launch: dict[str, Any], *, now: float, 
           alive: bool | None) -> StreamHealth:
     st = current_status(status, launch)
     state = st.get("state")
-    pid = launch.get("pid")
+    job = launch_name(launch)
     if state in ("finished", "stopped"):
         return StreamHealth("ended", f"the stream {state} after {st.get('batches')} batch(es), "
                                      f"{st.get('rows_emitted')} row(s) emitted", st)
     if state == "failed":
-        return StreamHealth("failed", f"the stream job (pid {pid}) failed; see {launch.get('log')}", st)
+        return StreamHealth("failed", f"the stream job ({job}) failed; see {launch.get('log')}", st)
     if alive is False:
-        return StreamHealth("died", f"the stream job (pid {pid}) is gone without a final status (killed?); "
+        return StreamHealth("died", f"the stream job ({job}) is gone without a final status (killed?); "
                                     f"see {launch.get('log')}; a retry resumes from its checkpoint", st)
     beat = float(st.get("updated_at") or launch.get("started_at") or now)
     age = now - beat
@@ -79,8 +79,23 @@ def process_alive(pid: int | None) -> bool:
         return True
 
 
-def local_alive(launch: dict[str, Any]) -> bool | None:
-    """Whether the launched process is alive, or None when it was launched on another host."""
+def launch_name(launch: dict[str, Any]) -> str:
+    if launch.get("driver_id"):
+        return f"driver {launch['driver_id']}"
+    return f"pid {launch.get('pid')} on {launch.get('host')}"
+
+
+def launch_alive(launch: dict[str, Any]) -> bool | None:
+    """Whether the launched job is alive; None when this process cannot tell (then the heartbeat decides).
+
+    A cluster-mode driver (``driver_id``) is asked about at the standalone master; a local spark-submit
+    (``pid``) is checked on this host, and is unknown from another host."""
+    if launch.get("driver_id"):
+        from .deploy import StandaloneRest
+
+        return StandaloneRest(launch["rest_url"]).alive(launch["driver_id"]) if launch.get("rest_url") else None
+    if not launch.get("pid"):
+        return False
     if launch.get("host") and launch["host"] != socket.gethostname():
         return None
     return process_alive(launch.get("pid"))

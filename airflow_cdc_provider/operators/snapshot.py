@@ -6,16 +6,15 @@ from typing import Any, Sequence
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from ..spark_jobs import application_path
-from ..jobspec import SECRETS_FILE_ENV
-from ._common import load_pipeline, private_secrets_file, remove_secrets_file, server_id_for, spark_submit_defaults
+from ._common import load_pipeline, server_id_for
+from ._submit import CdcSparkSubmitOperator
 
 
 CHUNK_LABEL_TEMPLATE = "{{ chunk_label }}"
 """Pass as ``map_index_template`` in ``.partial()``: the UI then names each mapped task ``db.t [a, b)``."""
 
 
-class SnapshotChunkOperator(SparkSubmitOperator):
+class SnapshotChunkOperator(CdcSparkSubmitOperator):
     """Submit ``snapshot_chunk.py`` for ``chunk`` (an item of PlanChunksOperator's output) and return its
     chunk report(s), read back from the state store (spark-submit prints nothing usable in cluster mode).
 
@@ -27,12 +26,13 @@ class SnapshotChunkOperator(SparkSubmitOperator):
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "config")
     ui_color = "#fdf2e8"
+    job = "snapshot_chunk"
 
     def __init__(self, *, config: str, chunk: dict[str, Any] | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("durable", False)
         kwargs.setdefault("map_index_template", CHUNK_LABEL_TEMPLATE)
         kwargs.setdefault("name", "airflow-cdc-snapshot")
-        super().__init__(application=application_path("snapshot_chunk"), **spark_submit_defaults(kwargs))
+        super().__init__(**kwargs)
         self.config = config
         self.chunk = chunk
 
@@ -49,13 +49,11 @@ class SnapshotChunkOperator(SparkSubmitOperator):
         spec_path = spec.write(p.state.path("specs", f"{ti.dag_id}__{ti.run_id}__{ti.map_index}__{ti.try_number}.json".replace(":", "_").replace("+", "_")))
         for c in chunks:  # a report from an earlier attempt must not be mistaken for this one's
             p.state.clear_chunk_report(table, int(c["epoch"]), int(c["index"]))
-        secrets_file = private_secrets_file(p.secrets)
-        self.application_args = ["--spec", str(spec_path)]
-        self.env_vars = {**(self.env_vars or {}), SECRETS_FILE_ENV: str(secrets_file)}
+        self.configure_job(p, spec_path)
         try:
             super().execute(context)
         finally:
-            remove_secrets_file(secrets_file)
+            self.release_secrets()
         reports = []
         for c in chunks:
             r = p.state.read_chunk_report(table, int(c["epoch"]), int(c["index"]))

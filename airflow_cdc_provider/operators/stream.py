@@ -11,24 +11,24 @@ from typing import Any, Sequence
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from ..jobspec import SECRETS_FILE_ENV
+from ..deploy import StandaloneRest
 from ..links import SPARK_UI_XCOM_KEY, SparkUILink
-from ..spark_jobs import application_path
-from ..stream_health import StreamHealth, current_status, judge, local_alive, process_alive
-from ._common import load_pipeline, private_secrets_file, remove_secrets_file, server_id_for, spark_submit_defaults
+from ..stream_health import StreamHealth, current_status, judge, launch_alive, launch_name, process_alive
+from ._common import load_pipeline, server_id_for
+from ._submit import CdcSparkSubmitOperator
 
 STREAM_SERVER_ID_SLOT = 10_000  # far from the chunk readers' slots
 STOP_GRACE_SECONDS = 90  # a graceful stop ends the running batch first
 
 
-class BinlogStreamOperator(SparkSubmitOperator):
+class BinlogStreamOperator(CdcSparkSubmitOperator):
     """Run ``binlog_stream.py`` for the pipeline (seeded by collect_watermarks, resumed from its checkpoint).
 
     ``available_now`` (YAML ``stream.mode``): the job catches up to the position current at its start and
     exits; the task fails on a non-zero exit.
 
     ``continuous``: the job is started detached (pid, host and log in XCom key ``stream_launch`` and in the
-    state store), and once it is up the task defers to ``StreamHeartbeatTrigger`` (``deferrable=False``
+    state store; in standalone cluster deploy mode the driver id and the master's REST URL), and once it is up the task defers to ``StreamHeartbeatTrigger`` (``deferrable=False``
     watches in the worker instead). The task fails when the job dies, fails, or its status heartbeat is older
     than ``heartbeat_timeout`` seconds, so an Airflow retry restarts it from its checkpoint; it succeeds when
     the job stops on request (``airflow-cdc stop CONFIG``, or SIGTERM to spark-submit). A second stream of
@@ -39,17 +39,19 @@ class BinlogStreamOperator(SparkSubmitOperator):
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "config")
     ui_color = "#f3e8fd"
     operator_extra_links = (SparkUILink(),)
+    job = "binlog_stream"
 
     def __init__(self, *, config: str, heartbeat_timeout: float | None = None, poll_interval: float = 5.0,
                  deferrable: bool = True, **kwargs: Any) -> None:
         kwargs.setdefault("durable", False)
         kwargs.setdefault("name", "airflow-cdc-stream")
-        super().__init__(application=application_path("binlog_stream"), **spark_submit_defaults(kwargs))
+        super().__init__(**kwargs)
         self.config = config
         self.heartbeat_timeout = heartbeat_timeout
         self.poll_interval = poll_interval
         self.deferrable = deferrable
         self._proc: subprocess.Popen | None = None
+        self._launched: dict[str, Any] = {}
         self._state = None
 
     def execute(self, context: Any) -> dict[str, Any]:
@@ -58,9 +60,9 @@ class BinlogStreamOperator(SparkSubmitOperator):
         p = load_pipeline(self.config)
         self._state = p.state
         launch = p.state.read_json(p.state.LAUNCH) or {}
-        if local_alive(launch) is not False and launch.get("pid"):
+        if launch and launch_alive(launch) is not False:
             raise AirflowFailException(
-                f"a stream of this pipeline is already running (pid {launch['pid']} on {launch.get('host')}); "
+                f"a stream of this pipeline is already running ({launch_name(launch)}); "
                 "stop it first (airflow-cdc stop CONFIG, or mark its task failed) instead of launching a second one")
         dag_run = context.get("dag_run")
         if dag_run is not None and str(getattr(dag_run, "run_type", "")).endswith("backfill"):
@@ -72,43 +74,52 @@ class BinlogStreamOperator(SparkSubmitOperator):
         tables = tables or {t: {"chunk_key": p.config.source.chunk_key.get(t)} for t in p.config.source.tables}
         spec = p.job_spec(server_id=server_id_for(p, STREAM_SERVER_ID_SLOT), tables=tables)
         spec_path = spec.write(p.state.path("specs", "binlog_stream.json"))
-        secrets_file = private_secrets_file(p.secrets)
-        self.application_args = ["--spec", str(spec_path)]
-        self.env_vars = {**(self.env_vars or {}), SECRETS_FILE_ENV: str(secrets_file)}
+        target = self.configure_job(p, spec_path)
         p.state.clear_stop()
         if (p.stream.get("mode") or "available_now") == "available_now":
             try:
                 super().execute(context)
             finally:
-                remove_secrets_file(secrets_file)
+                self.release_secrets()
             status = p.state.read_status() or {}
             context["ti"].xcom_push(key=SPARK_UI_XCOM_KEY, value=status.get("ui_url") or "")
             return self._ended(p, StreamHealth("ended", "", status))
-        return self._run_continuous(context, p, secrets_file)
+        return self._run_continuous(context, p, target)
 
     # -- continuous ---------------------------------------------------------------------------------
     def _timeout(self, p) -> float:
         return float(self.heartbeat_timeout or p.stream.get("heartbeat_timeout") or 120)
 
-    def _run_continuous(self, context: Any, p, secrets_file) -> dict[str, Any]:
-        from airflow.sdk.exceptions import AirflowException
-
+    def _launch(self, p, target) -> dict[str, Any]:
+        """Start the job without waiting for it: a cluster-mode driver on the standalone master (spark-submit
+        returns once it is submitted), else a detached spark-submit process logging to the state store."""
+        started = time.time()
+        if target.cluster_mode and target.standalone:
+            hook = self._hook = self._get_hook()
+            hook.submit(self.application)  # raises on a failed submission; leaves the driver id
+            return {"driver_id": hook._driver_id, "rest_url": target.rest_url, "started_at": started,
+                    "log": f"the driver's stderr on its worker (Spark master UI, driver {hook._driver_id})"}
         cmd = self._get_hook()._build_spark_submit_command(self.application)
         log_path = p.state.path("stream", "job.log")
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        started = time.time()
         with open(log_path, "ab") as log:
             self._proc = subprocess.Popen(cmd, env={**os.environ, **(self.env_vars or {})}, stdout=log,
                                           stderr=subprocess.STDOUT, start_new_session=True)
-        launch = {"pid": self._proc.pid, "host": socket.gethostname(), "started_at": started, "log": str(log_path)}
-        p.state.write_json(p.state.LAUNCH, launch)
-        context["ti"].xcom_push(key="stream_launch", value=launch)
-        self.log.info("stream launched (pid %d), log %s", self._proc.pid, log_path)
-        timeout = self._timeout(p)
-        try:  # the job has read its secrets once it wrote a status; then the file goes
+        return {"pid": self._proc.pid, "host": socket.gethostname(), "started_at": started, "log": str(log_path)}
+
+    def _run_continuous(self, context: Any, p, target) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowException
+
+        try:
+            launch = self._launch(p, target)
+            self._launched = launch
+            p.state.write_json(p.state.LAUNCH, launch)
+            context["ti"].xcom_push(key="stream_launch", value=launch)
+            self.log.info("stream launched (%s), log: %s", launch_name(launch), launch["log"])
+            timeout = self._timeout(p)
             health = self._watch(p, launch, timeout, until_started=True)
-        finally:
-            remove_secrets_file(secrets_file)
+        finally:  # the job has read its secrets once it wrote a status; then the file goes
+            self.release_secrets()
         context["ti"].xcom_push(key=SPARK_UI_XCOM_KEY, value=health.status.get("ui_url") or "")
         if not health.final and self.deferrable:
             from ..triggers.stream import StreamHeartbeatTrigger
@@ -125,7 +136,7 @@ class BinlogStreamOperator(SparkSubmitOperator):
     def _watch(self, p, launch: dict[str, Any], timeout: float, until_started: bool = False) -> StreamHealth:
         while True:
             health = judge(p.state.read_status(), launch, now=time.time(), heartbeat_timeout=timeout,
-                           alive=local_alive(launch))
+                           alive=launch_alive(launch))
             if health.final or (until_started and current_status(health.status, launch)):
                 return health
             time.sleep(1.0 if until_started else self.poll_interval)
@@ -153,23 +164,27 @@ class BinlogStreamOperator(SparkSubmitOperator):
         return status
 
     def _terminate(self, launch: dict[str, Any]) -> None:
-        """Graceful first (stop request + SIGTERM to spark-submit), then SIGKILL of its process group."""
+        """Graceful first (stop request; SIGTERM to a local spark-submit), then a hard stop: SIGKILL of its
+        process group, or the standalone master's kill of a cluster-mode driver."""
         if self._state is not None:
             self._state.request_stop()
-        pid = launch.get("pid")
-        if not pid or not local_alive(launch):
+        if not launch or not launch_alive(launch):
             return
-        os.kill(pid, signal.SIGTERM)
+        if launch.get("pid"):
+            os.kill(launch["pid"], signal.SIGTERM)
         deadline = time.time() + STOP_GRACE_SECONDS
-        while process_alive(pid) and time.time() < deadline:
+        while launch_alive(launch) and time.time() < deadline:
             time.sleep(0.5)
-        if process_alive(pid):
-            os.killpg(pid, signal.SIGKILL)
+        if launch_alive(launch):
+            if launch.get("driver_id"):
+                StandaloneRest(launch["rest_url"]).kill(launch["driver_id"])
+            elif process_alive(launch.get("pid")):
+                os.killpg(launch["pid"], signal.SIGKILL)
         if self._state is not None:
             self._state.delete(self._state.LAUNCH)
 
     def on_kill(self) -> None:
-        if self._proc is not None:
-            self._terminate({"pid": self._proc.pid, "host": socket.gethostname()})
+        if self._launched:
+            self._terminate(self._launched)
         else:
             super().on_kill()

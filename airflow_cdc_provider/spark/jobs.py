@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import sys
+from pathlib import Path
 
 from ..jobspec import JobSpec, load_secrets
 from .session import spark_session
@@ -27,10 +28,29 @@ def _run(argv: list[str] | None, script: str, title, runner) -> int:
     args = _args(sys.argv[1:] if argv is None else argv, script)
     spec = JobSpec.load(args.spec)
     spark = spark_session(title(spec))
+    ship_package_to_executors(spark)
     try:
         return runner(spark, spec, load_secrets())
     finally:
         spark.stop()
+
+
+def ship_package_to_executors(spark) -> None:
+    """Started from the package archive (cluster deploy mode): let the executors' Python import it too."""
+    import airflow_cdc_provider
+
+    archive = Path(airflow_cdc_provider.__file__).parent.parent
+    if archive.is_file():  # a zip on sys.path, not an installed package directory
+        spark.sparkContext.addPyFile(str(archive))
+
+
+def main(argv: list[str]) -> int:
+    """``JOB --spec SPEC``: the entry point of the package archive (see airflow_cdc_provider.deploy)."""
+    jobs = {"snapshot_chunk": snapshot_main, "binlog_stream": stream_main}
+    if not argv or argv[0] not in jobs:
+        print(f"usage: <archive> {{{','.join(jobs)}}} --spec SPEC", file=sys.stderr)
+        return 2
+    return jobs[argv[0]](argv[1:])
 
 
 def snapshot_main(argv: list[str] | None = None) -> int:

@@ -28,11 +28,12 @@ def default_jars() -> list[str]:
 
 
 def spark_session(app_name: str, master: str | None = None, conf: Mapping[str, Any] | None = None):
-    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    submitted = SparkConf().contains("spark.master")
+    # Under spark-submit the driver is started by the JVM's PythonRunner, which hands it the gateway port;
+    # SparkConf() cannot tell before the gateway is up (it would see no spark.master and we would run local).
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ
     builder = SparkSession.builder.appName(app_name)
     if not submitted:
         builder = builder.master(master or "local[*]").config("spark.jars", ",".join(default_jars()))

@@ -12,7 +12,7 @@ from typing import Any, AsyncIterator
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from ..state import StateStore
-from ..stream_health import judge, local_alive
+from ..stream_health import judge, launch_alive
 
 
 class StreamHeartbeatTrigger(BaseTrigger):
@@ -36,14 +36,15 @@ class StreamHeartbeatTrigger(BaseTrigger):
         store = StateStore(self.state_path)
         while True:
             status = await asyncio.to_thread(store.read_status)
+            alive = await asyncio.to_thread(launch_alive, self.launch)  # a REST call for a cluster driver
             health = judge(status, self.launch, now=time.time(), heartbeat_timeout=self.heartbeat_timeout,
-                           alive=local_alive(self.launch))
+                           alive=alive)
             if health.final:
                 yield TriggerEvent(health.to_dict())
                 return
             await asyncio.sleep(self.poll_interval)
 
     async def on_kill(self) -> None:
-        StateStore(self.state_path).request_stop()
-        if local_alive(self.launch):
+        StateStore(self.state_path).request_stop()  # a cluster-mode driver stops on this between batches
+        if self.launch.get("pid") and launch_alive(self.launch):
             os.kill(self.launch["pid"], signal.SIGTERM)

@@ -1,0 +1,86 @@
+"""CdcSparkSubmitOperator: what the chunk and stream operators add to SparkSubmitOperator to run one of our
+jobs wherever the Spark connection points, without assuming the driver shares the Airflow worker's disk.
+
+* local / client deploy mode: the application is the job script of the installed package; on a cluster the
+  package archive also goes to the executors with ``--py-files``; secrets in a 0600 file named by the
+  environment of spark-submit (the driver runs in that process tree).
+* standalone cluster deploy mode: the package archive, stored in the state store (which the cluster must
+  reach), is the application, run by Spark's PythonRunner on a worker; the spec is read from the state store;
+  secrets travel in the environment of spark-submit, which the standalone client forwards to the driver
+  (never argv, never Spark conf). The hook refuses ``env_vars`` in this mode, so they go the same way.
+* YARN / Kubernetes cluster mode: the job script and the archive are uploaded by spark-submit; the secrets
+  file travels with ``--files`` and is found by its base name (untested here: no such cluster in CI).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+from ..deploy import DRIVER_JAVA_OPTIONS, PYTHON_RUNNER, SparkTarget, package_archive
+from ..jobspec import SECRETS_ENV, SECRETS_FILE_ENV
+from ..spark_jobs import application_path
+from ._common import private_secrets_file, remove_secrets_file, spark_submit_defaults
+
+
+class CdcSparkSubmitOperator(SparkSubmitOperator):
+    """Base of the operators that submit ``spark_jobs/<job>.py``; not meant to be used directly."""
+
+    job: str = ""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(application=application_path(self.job), **spark_submit_defaults(kwargs))
+        self._process_env: dict[str, str] = {}
+        self._secrets_file: Path | None = None
+
+    def spark_target(self) -> SparkTarget:
+        """The master and deploy mode the Spark connection (plus our arguments) resolves to."""
+        conn = self._get_hook()._connection
+        return SparkTarget(conn["master"], conn.get("deploy_mode") or "client", conn.get("rest_endpoint"))
+
+    def configure_job(self, pipeline, spec_path: Path) -> SparkTarget:
+        """Point this operator at ``job`` with ``spec_path`` for the resolved target; call ``release_secrets``
+        once the job has read them."""
+        target = self.spark_target()
+        self._hook = None  # execute() builds a new hook from the settings below
+        if target.cluster_mode and target.standalone:
+            archive = package_archive(pipeline.state.path("dist"))
+            self.application = archive.as_uri()
+            self._java_class = PYTHON_RUNNER
+            conf = dict(self.conf or {})
+            key = "spark.driver.extraJavaOptions"
+            conf[key] = f"{conf[key]} {DRIVER_JAVA_OPTIONS}" if conf.get(key) else DRIVER_JAVA_OPTIONS
+            self.conf = conf
+            self.application_args = [archive.name, "", self.job, "--spec", str(spec_path)]
+            env = dict(self.env_vars or {})
+            if not target.master.startswith(("spark://127.0.0.1:", "spark://localhost:")):
+                env.pop("SPARK_LOCAL_IP", None)  # the embedded default, wrong for a driver on another host
+            self._process_env = {**env, SECRETS_ENV: json.dumps(pipeline.secrets)}
+            self.env_vars = None
+            return target
+        self._secrets_file = private_secrets_file(pipeline.secrets)
+        self.application = application_path(self.job)
+        self.application_args = ["--spec", str(spec_path)]
+        secrets_ref = str(self._secrets_file)
+        if not target.local:
+            archive = str(package_archive(pipeline.state.path("dist")))
+            self.py_files = ",".join(f for f in (self.py_files, archive) if f)
+            if target.cluster_mode:  # YARN / K8s: the file is shipped and found by its base name
+                self.files = ",".join(f for f in (self.files, secrets_ref) if f)
+                secrets_ref = self._secrets_file.name
+        self.env_vars = {**(self.env_vars or {}), SECRETS_FILE_ENV: secrets_ref}
+        return target
+
+    def release_secrets(self) -> None:
+        remove_secrets_file(self._secrets_file)
+        self._secrets_file = None
+        self._process_env = {}
+
+    def _get_hook(self):
+        hook = super()._get_hook()
+        if self._process_env:  # standalone cluster mode: spark-submit's own environment, see module doc
+            hook._env = {**(hook._env or {}), **self._process_env}
+        return hook
