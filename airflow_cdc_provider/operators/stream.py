@@ -28,8 +28,8 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
     exits; the task fails on a non-zero exit.
 
     ``continuous``: the job is started detached (pid, host and log in XCom key ``stream_launch`` and in the
-    state store; in standalone cluster deploy mode the driver id and the master's REST URL), and once it is up the task defers to ``StreamHeartbeatTrigger`` (``deferrable=False``
-    watches in the worker instead). The task fails when the job dies, fails, or its status heartbeat is older
+    state store; in standalone cluster deploy mode the driver id and the master's REST URL), and once it is
+    up the task defers to ``StreamHeartbeatTrigger`` (``deferrable=False`` watches in the worker instead). The task fails when the job dies, fails, or its status heartbeat is older
     than ``heartbeat_timeout`` seconds, so an Airflow retry restarts it from its checkpoint; it succeeds when
     the job stops on request (``airflow-cdc stop CONFIG``, or SIGTERM to spark-submit). A second stream of
     the same pipeline is never launched while one is alive. Marking the task failed or clearing it stops the
@@ -50,7 +50,6 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
         self.heartbeat_timeout = heartbeat_timeout
         self.poll_interval = poll_interval
         self.deferrable = deferrable
-        self._proc: subprocess.Popen | None = None
         self._launched: dict[str, Any] = {}
         self._state = None
 
@@ -103,9 +102,9 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
         log_path = p.state.path("stream", "job.log")
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
-            self._proc = subprocess.Popen(cmd, env={**os.environ, **(self.env_vars or {})}, stdout=log,
-                                          stderr=subprocess.STDOUT, start_new_session=True)
-        return {"pid": self._proc.pid, "host": socket.gethostname(), "started_at": started, "log": str(log_path)}
+            proc = subprocess.Popen(cmd, env={**os.environ, **(self.env_vars or {})}, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        return {"pid": proc.pid, "host": socket.gethostname(), "started_at": started, "log": str(log_path)}
 
     def _run_continuous(self, context: Any, p, target) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowException

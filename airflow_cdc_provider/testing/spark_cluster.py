@@ -5,6 +5,8 @@ with its own ports and work dir. Started and stopped by PID, like the private Ma
 Used by the cluster tests (client and cluster deploy mode) and usable by hand::
 
     python -m airflow_cdc_provider.testing.spark_cluster      # prints the spark:// URL, Ctrl-C stops it
+
+``AIRFLOW_CDC_KEEP_CLUSTER=1`` keeps the work dirs (driver and executor logs) after the cluster stops.
 """
 
 from __future__ import annotations

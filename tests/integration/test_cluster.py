@@ -78,6 +78,7 @@ def test_cluster_deploy_mode_stream_survives_its_driver_being_killed(airflow_hom
     state = StateStore(f"file://{tmp_path / 'shared' / 'state'}")
     rest = StandaloneRest(f"http://127.0.0.1:{cluster.rest_port}")
     run = BackgroundDagRun(env, dags, "shop_cdc", tmp_path / "run.log")
+    relaunch: dict = {}
     try:
         wait_until(lambda: (state.read_status() or {}).get("state") == "running", "the stream's driver to run", 600)
         launch = state.read_json(state.LAUNCH)
@@ -113,7 +114,7 @@ def test_cluster_deploy_mode_stream_survives_its_driver_being_killed(airflow_hom
         # the run is not ended through `airflow-cdc stop` here; the driver is killed over REST below.
     finally:
         run.kill()
-        for rec in (state.read_json(state.LAUNCH) or {}, locals().get("relaunch") or {}):
+        for rec in (state.read_json(state.LAUNCH) or {}, relaunch):
             if rec.get("driver_id"):
                 rest.kill(rec["driver_id"])
     assert len(keys) == len(set(keys)) == 20 + 10, "a change was lost or written twice across the driver kill"
