@@ -31,8 +31,13 @@ class StreamHealth:
 
 
 def current_status(status: dict[str, Any] | None, launch: dict[str, Any]) -> dict[str, Any]:
-    """The status if this launch wrote it (an older run's status file does not count)."""
-    if status and float(status.get("updated_at") or 0) >= float(launch.get("started_at") or 0) - 1:
+    """The status if this launch wrote it (an older run's status file does not count): by the launch id the
+    job got in its spec, or for launches without one, by time."""
+    if not status:
+        return {}
+    if launch.get("launch_id"):
+        return status if status.get("launch_id") == launch["launch_id"] else {}
+    if float(status.get("updated_at") or 0) >= float(launch.get("started_at") or 0) - 1:
         return status
     return {}
 

@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import time
+import uuid
 from typing import Any, Sequence
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -72,6 +73,10 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
             raise AirflowFailException("no finished snapshot and no stream seed: run the snapshot tasks first")
         tables = tables or {t: {"chunk_key": p.config.source.chunk_key.get(t)} for t in p.config.source.tables}
         spec = p.job_spec(server_id=server_id_for(p, STREAM_SERVER_ID_SLOT), tables=tables)
+        # the job writes this id into its status: a status is this launch's only if the ids match (a killed
+        # predecessor's last heartbeat must never pass for the new job's, whatever the clocks say)
+        self._launch_id = uuid.uuid4().hex
+        spec.stream = {**spec.stream, "launch_id": self._launch_id}
         spec_path = spec.write(p.state.path("specs", "binlog_stream.json"))
         target = self.configure_job(p, spec_path)
         p.state.clear_stop()
@@ -93,10 +98,11 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
         """Start the job without waiting for it: a cluster-mode driver on the standalone master (spark-submit
         returns once it is submitted), else a detached spark-submit process logging to the state store."""
         started = time.time()
+        ids = {"launch_id": self._launch_id}
         if target.cluster_mode and target.standalone:
             hook = self._hook = self._get_hook()
             hook.submit(self.application)  # raises on a failed submission; leaves the driver id
-            return {"driver_id": hook._driver_id, "rest_url": target.rest_url, "started_at": started,
+            return {**ids, "driver_id": hook._driver_id, "rest_url": target.rest_url, "started_at": started,
                     "log": f"the driver's stderr on its worker (Spark master UI, driver {hook._driver_id})"}
         cmd = self._get_hook()._build_spark_submit_command(self.application)
         log_path = p.state.path("stream", "job.log")
@@ -104,7 +110,7 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(cmd, env={**os.environ, **(self.env_vars or {})}, stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True)
-        return {"pid": proc.pid, "host": socket.gethostname(), "started_at": started, "log": str(log_path)}
+        return {**ids, "pid": proc.pid, "host": socket.gethostname(), "started_at": started, "log": str(log_path)}
 
     def _run_continuous(self, context: Any, p, target) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowException

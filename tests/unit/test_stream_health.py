@@ -34,6 +34,14 @@ def test_an_older_runs_status_does_not_count():
     assert judge(old, LAUNCH, now=1010, heartbeat_timeout=60, alive=True).verdict == "starting"
 
 
+def test_with_a_launch_id_only_that_launchs_status_counts_whatever_the_clocks_say():
+    launch = {**LAUNCH, "launch_id": "new"}
+    predecessor = status("running", 999.5, launch_id="old")  # a killed job's last beat, just before the relaunch
+    assert judge(predecessor, launch, now=1001, heartbeat_timeout=60, alive=True).verdict == "starting"
+    skewed = status("running", 990, launch_id="new")  # the new job on a host whose clock is 10 s behind
+    assert judge(skewed, launch, now=1001, heartbeat_timeout=60, alive=True).verdict == "running"
+
+
 def test_final_states_win_over_a_dead_process():
     assert judge(status("stopped", 1200), LAUNCH, now=1201, heartbeat_timeout=60, alive=False).verdict == "ended"
     assert judge(status("finished", 1200), LAUNCH, now=1201, heartbeat_timeout=60, alive=False).verdict == "ended"
