@@ -7,7 +7,8 @@ minimum high watermark (which would make the stream skip changes). Then:
 * the sink makes the epoch current (parquet: ``_current.json``; jdbc: tombstones rows older than the epoch);
 * ``tables/<t>/snapshot.json`` records the finished epoch with its chunk reports;
 * ``stream/seed.json`` gets ``start`` = the smallest high watermark over all finished tables' chunks, and
-  per table the chunk infos the emit filter needs.
+  per table the chunk infos the emit filter needs, compacted (adjacent chunks of one watermark window are
+  one info).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any, Iterable, Mapping
 
-from .core.emit_filter import table_split_info
+from .core.emit_filter import compact_chunk_infos, table_split_info
 from .core.offsets import BinlogOffset
 from .sinks import SinkConfig, finish_snapshot
 from .state import StateStore
@@ -61,7 +62,8 @@ def build_seed(finished: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     all_hws = [BinlogOffset.from_dict(r["high_watermark"]) for t in finished.values() for r in t["chunks"]]
     return {
         "start": min(all_hws).to_dict(),
-        "tables": {name: {"epoch": t["epoch"], "chunks": t["chunks"], "max_high_watermark": t["max_high_watermark"]}
+        "tables": {name: {"epoch": t["epoch"], "chunks": compact_chunk_infos(t["chunks"]),
+                          "max_high_watermark": t["max_high_watermark"]}
                    for name, t in finished.items()},
         "created_at": time.time(),
     }

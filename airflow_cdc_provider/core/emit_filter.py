@@ -12,7 +12,8 @@ database collation's weights), never by Python's string order. The filter is sta
 decoders of different binlog segments can share it.
 
 Memory: one table's chunk infos are two flat lists (sorted starts, high watermark tuples), not one object
-per chunk.
+per chunk, and adjacent chunks with the same high watermark (the chunks one snapshot task read in one
+watermark window) are one entry: the filter's size follows the number of windows, not of chunks.
 """
 
 from __future__ import annotations
@@ -95,12 +96,29 @@ def table_split_info(
     if ordered[-1][1] is not None:
         raise ValueError(f"chunk reports of {reports[0]['table']} miss the last chunk")
     hws = [BinlogOffset.from_dict(r["high_watermark"]).sort_key for _, _, r in ordered]
+    starts = [key_order(s) for s, _, _ in rest]
+    keep = [i for i in range(1, len(hws)) if hws[i] != hws[i - 1]]  # merge runs sharing one HW
     return TableSplitInfo(
-        starts=[key_order(s) for s, _, _ in rest],
-        high_watermarks=hws,
+        starts=[starts[i - 1] for i in keep],
+        high_watermarks=[hws[0], *(hws[i] for i in keep)],
         max_high_watermark=max(hws),
         key_order=key_order,
     )
+
+
+def compact_chunk_infos(reports: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One table's chunk reports, in chunk order, with each run of adjacent chunks that share a high
+    watermark merged into one info (``start`` of the first, ``end`` of the last): what the stream seed keeps
+    per table, so its size follows the number of watermark windows, not of chunks."""
+    out: list[dict[str, Any]] = []
+    for r in sorted(reports, key=lambda r: int(r["index"])):
+        info = {k: r[k] for k in ("table", "split_id", "index", "start", "end", "high_watermark")}
+        if out and out[-1]["high_watermark"] == info["high_watermark"] and out[-1]["end"] == info["start"]:
+            out[-1]["end"] = info["end"]
+            out[-1]["chunks"] += 1
+        else:
+            out.append({**info, "chunks": 1})
+    return out
 
 
 def build_emit_filter(

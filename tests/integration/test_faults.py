@@ -103,7 +103,7 @@ def test_binlog_rotation_during_chunk_windows_and_the_stream(source_db, mariadb,
         stop.set()
         rotator.join(10)
     assert len(rotations) >= 3 and writer.ops > 100
-    reports = seed["tables"][source_db.table("orders")]["chunks"]
+    reports = p.state.finished_snapshot(source_db.table("orders"))["chunks"]  # every chunk's full report
     assert len({r["low_watermark"]["file"] for r in reports} | {r["high_watermark"]["file"] for r in reports}) > 1, \
         "no rotation happened during the chunk windows"
     scenario.update(rows=n, faults=len(rotations), changes=check_exactly_once(spark, p, source_db, seed, server_id))
@@ -161,7 +161,7 @@ def test_large_transaction_inside_a_chunk_window(source_db, tmp_path, spark, ser
     job.join(600)
     assert not job.is_alive()
     seed = p.collect()
-    reports = {r["split_id"]: r for r in seed["tables"][source_db.table("orders")]["chunks"]}
+    reports = {r["split_id"]: r for r in p.state.finished_snapshot(source_db.table("orders"))["chunks"]}
     assert reports[f"{source_db.table('orders')}:0"]["window_events_applied"] >= n // 4
     p.stream()
     scenario.update(rows=n, faults=1, changes=check_exactly_once(spark, p, source_db, seed, server_id))

@@ -1,7 +1,7 @@
 import pytest
 
 from airflow_cdc_provider.core.chunks import TableId
-from airflow_cdc_provider.core.emit_filter import build_emit_filter
+from airflow_cdc_provider.core.emit_filter import build_emit_filter, compact_chunk_infos
 from airflow_cdc_provider.core.offsets import EventPosition
 
 F = "mariadb-bin.000001"
@@ -61,3 +61,18 @@ def test_key_order_is_used_for_lookup():
     # 'Z' sorts before 'm' in Python but after it case-insensitively: chunk 1 (HW 20)
     assert not f.should_emit(T, ("Z",), at(15))
     assert f.should_emit(T, ("a",), at(15))
+
+
+def test_chunks_of_one_watermark_window_are_one_entry_with_the_same_decisions():
+    # chunks 1..3 were read in one window (same HW): the compacted infos decide exactly as the full reports
+    reports = [report(0, None, 100, 1000), report(1, 100, 200, 3000), report(2, 200, 300, 3000),
+               report(3, 300, 400, 3000), report(4, 400, None, 2000)]
+    for r in reports:
+        r["index"] = int(r["split_id"].rsplit(":", 1)[1])
+    compact = compact_chunk_infos(reports)
+    assert [(c["start"], c["end"], c["chunks"]) for c in compact] == [(None, [100], 1), ([100], [400], 3), ([400], None, 1)]
+    full, small = build_emit_filter(reports), build_emit_filter(compact)
+    assert len(small._tables[T].starts) == len(full._tables[T].starts) == 2  # the filter merges runs too
+    for key in (-1, 99, 100, 250, 399, 400, 10_000):
+        for pos in (999, 1001, 2500, 2999, 3001):
+            assert full.should_emit(T, (key,), at(pos)) == small.should_emit(T, (key,), at(pos)), (key, pos)
