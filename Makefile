@@ -17,6 +17,7 @@ help:
 	@echo "make test   - install what is missing, then run the whole test suite"
 	@echo "make test-unit - only the fast tests that need no services"
 	@echo "make soak   - the load and fault scenarios at soak sizes (1M-row sysbench load, ...); prints a table"
+	@echo "make bench  - performance scenarios vs the baselines, measured in the same run (BENCH_ARGS=--help)"
 
 system-deps:
 	@missing=""; for p in $(APT_PACKAGES); do \
@@ -54,7 +55,7 @@ soak: deps
 	@cat soak-report.txt
 
 bench: deps
-	$(PY) bench/snapshot_bench.py
+	$(PY) bench/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -68,6 +68,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             cfg.snapshot.split_options(),
             cfg.source.chunk_key,
             max_tasks=args.max_tasks,
+            chunks_per_task=cfg.snapshot.chunks_per_task,
         )
     except SourceValidationError as exc:
         return _fail([f"{where}: {p}" for p in exc.problems])

@@ -21,9 +21,11 @@ exact bounded count, not the InnoDB row estimate (which is 0 or stale right afte
 
 from __future__ import annotations
 
+import bisect
+
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal
-from typing import Any, Iterable, Protocol, Sequence
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from .keys import Key, decode_key, encode_key, format_key
 
@@ -228,17 +230,21 @@ class ChunkTask:
         return cls([Chunk.from_dict(c) for c in data["chunks"]])
 
 
-def group_into_tasks(chunks: Iterable[Chunk], max_tasks: int) -> list[ChunkTask]:
-    """One task per chunk, unless that would exceed ``max_tasks`` (Airflow's ``[core] max_map_length``):
-    then consecutive chunks of the same table share a task, spread as evenly as possible."""
+def group_into_tasks(chunks: Iterable[Chunk], max_tasks: int, chunks_per_task: int = 1) -> list[ChunkTask]:
+    """Consecutive chunks of a table share a task, at most ``chunks_per_task`` of them (a task is one Spark
+    application, so grouping amortises its start-up), and never more tasks than ``max_tasks`` (Airflow's
+    ``[core] max_map_length``): above that, each table's chunks are spread as evenly as possible."""
     if max_tasks < 1:
         raise ValueError(f"max_tasks must be >= 1, got {max_tasks}")
+    if chunks_per_task < 1:
+        raise ValueError(f"chunks_per_task must be >= 1, got {chunks_per_task}")
     by_table: dict[TableId, list[Chunk]] = {}
     for c in chunks:
         by_table.setdefault(c.table, []).append(c)
+    wanted = {t: -(-len(cs) // chunks_per_task) for t, cs in by_table.items()}
+    if sum(wanted.values()) <= max_tasks:
+        return [task for t, cs in by_table.items() for task in _spread(cs, wanted[t])]
     total = sum(len(cs) for cs in by_table.values())
-    if total <= max_tasks:
-        return [ChunkTask([c]) for cs in by_table.values() for c in cs]
     if len(by_table) > max_tasks:
         raise ValueError(
             f"{len(by_table)} tables cannot fit in {max_tasks} mapped tasks; raise [core] max_map_length "
@@ -257,13 +263,36 @@ def group_into_tasks(chunks: Iterable[Chunk], max_tasks: int) -> list[ChunkTask]
         if shares[t] < len(by_table[t]):
             shares[t] += 1
             spare -= 1
-    tasks: list[ChunkTask] = []
-    for t in tables:
-        cs, n = by_table[t], min(shares[t], len(by_table[t]))
-        base, extra = divmod(len(cs), n)
-        pos = 0
-        for i in range(n):
-            size = base + (1 if i < extra else 0)
-            tasks.append(ChunkTask(cs[pos : pos + size]))
-            pos += size
+    return [task for t in tables for task in _spread(by_table[t], min(shares[t], len(by_table[t])))]
+
+
+def _spread(cs: list[Chunk], n: int) -> list[ChunkTask]:
+    """``cs`` in ``n`` tasks of consecutive chunks, sizes differing by at most one."""
+    base, extra = divmod(len(cs), n)
+    tasks, pos = [], 0
+    for i in range(n):
+        size = base + (1 if i < extra else 0)
+        tasks.append(ChunkTask(cs[pos : pos + size]))
+        pos += size
     return tasks
+
+
+def chunk_locator(chunks: Sequence[Chunk], order: Callable[[Key], Any] = lambda k: k) -> Callable[[Key], Chunk | None]:
+    """``locate(key)``: the chunk of the consecutive ``chunks`` holding ``key`` (keys compared by ``order``,
+    the database's key order), or None when the key is outside all of them. Used to assign the changes of a
+    watermark window that spans several chunks to their chunks."""
+    if not chunks:
+        raise ValueError("chunk_locator needs at least one chunk")
+    for a, b in zip(chunks, chunks[1:]):
+        if a.table != b.table or a.end is None or a.end != b.start:
+            raise ValueError(f"chunks {a.label} and {b.label} are not consecutive")
+    first, last = chunks[0].start, chunks[-1].end
+    bounds = [order(c.start) for c in chunks[1:]]
+
+    def locate(key: Key) -> Chunk | None:
+        k = order(key)
+        if (first is not None and k < order(first)) or (last is not None and not k < order(last)):
+            return None
+        return chunks[bisect.bisect_right(bounds, k)]
+
+    return locate

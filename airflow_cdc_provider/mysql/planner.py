@@ -69,6 +69,7 @@ def plan_chunks(
     chunk_keys: Mapping[str, Any] | None = None,
     max_tasks: int = DEFAULT_MAX_TASKS,
     should_split: Callable[[TableSchema], bool] | None = None,
+    chunks_per_task: int = 1,
 ) -> ChunkPlan:
     """Validate every table; split those ``should_split`` accepts (all by default), so a later run does not
     pay the split queries of tables whose snapshot is already finished."""
@@ -78,4 +79,4 @@ def plan_chunks(
         for schema in validation.schemas:
             if should_split is None or should_split(schema):
                 chunks += split_schema(conn, schema, options)
-    return ChunkPlan(validation, chunks, group_into_tasks(chunks, max_tasks))
+    return ChunkPlan(validation, chunks, group_into_tasks(chunks, max_tasks, chunks_per_task))

@@ -46,8 +46,10 @@ class PlanChunksOperator(BaseOperator):
 
     A table needs a snapshot unless the state store holds a finished one; ``dag_run.conf["resnapshot"]``
     (a list of ``db.table``) forces one. The list never exceeds ``[core] max_map_length``: chunks are
-    grouped into tasks when there are more. The per-table plan (epoch, chunk count) goes to XCom key
-    ``plan`` for ``CollectWatermarksOperator``.
+    grouped into more per task when there are more. The per-table plan (epoch, chunk count) goes to XCom key
+    ``plan`` for ``CollectWatermarksOperator``. Consecutive chunks share a task up to ``snapshot.rows_per_task``
+    rows (one Spark application reads them in one watermark window); set it to ``chunk_size`` for one task
+    per chunk.
     """
 
     template_fields: Sequence[str] = ("config",)
@@ -72,7 +74,8 @@ class PlanChunksOperator(BaseOperator):
             return str(schema.table) not in finished or str(schema.table) in resnapshot
 
         plan = plan_chunks(p.source, p.config.source.tables, p.config.snapshot.split_options(),
-                           p.config.source.chunk_key, max_tasks=max_tasks, should_split=needs_snapshot)
+                           p.config.source.chunk_key, max_tasks=max_tasks, should_split=needs_snapshot,
+                           chunks_per_task=p.config.snapshot.chunks_per_task)
         unknown = resnapshot - {str(s.table) for s in plan.schemas}
         if unknown:
             from airflow.sdk.exceptions import AirflowFailException

@@ -3,9 +3,16 @@
 ::
 
     <path>/<db.table>/_schema.json                        Spark schema of the data columns
-    <path>/<db.table>/snapshot/epoch=<E>/chunk=<i>/*.parquet  rows of chunk i as of its high watermark
+    <path>/<db.table>/snapshot/epoch=<E>/chunks=<i>-<j>/_cdc_file_seq=<S>/_cdc_pos=<P>/_cdc_row=<R>/*.parquet
+                                      rows of chunks i..j (one watermark window) as of their high watermark
     <path>/<db.table>/snapshot/_current.json              {"epoch": E, "min_low_watermark": [seq, pos, row]}
     <path>/<db.table>/changes/batch=<B>/*.parquet         the stream's micro-batch B (c/u/d rows)
+
+The chunks a task reads in one watermark window share one version (the window's HW), so it is kept in the
+path as Hive-style partition values: ``spark.read.parquet(".../snapshot/epoch=<E>")`` or pyarrow with
+``partitioning="hive"`` gives every row its ``_cdc_file_seq``, ``_cdc_pos``, ``_cdc_row`` (and ``chunks``)
+columns; ``_cdc_chunk`` in the files is the row's chunk index. This lets the snapshot job write each row
+once, inside its watermark window, before the HW is known.
 
 Each chunk and each batch directory is written to ``_staging/`` first and renamed into place, so a retry
 replaces it and a killed writer leaves nothing half-visible (names starting with ``_`` are hidden from
@@ -29,6 +36,14 @@ from typing import Any
 from ..state import local_path, table_dir_name
 
 
+def _chunk_range(name: str) -> tuple[int, int] | None:
+    """``chunks=3-7`` -> (3, 7); anything else (staging, trash) -> None."""
+    if not name.startswith("chunks="):
+        return None
+    first, _, last = name[len("chunks="):].partition("-")
+    return int(first), int(last)
+
+
 class ParquetLayout:
     def __init__(self, path: str | None) -> None:
         if not path:
@@ -41,8 +56,30 @@ class ParquetLayout:
     def table_dir(self, table: str) -> Path:
         return self.root / table_dir_name(table)
 
-    def chunk_dir(self, table: str, epoch: int, index: int) -> Path:
-        return self.table_dir(table) / "snapshot" / f"epoch={epoch}" / f"chunk={index}"
+    def epoch_dir(self, table: str, epoch: int) -> Path:
+        return self.table_dir(table) / "snapshot" / f"epoch={epoch}"
+
+    def window_dir(self, table: str, epoch: int, first: int, last: int) -> Path:
+        return self.epoch_dir(table, epoch) / f"chunks={first}-{last}"
+
+    def publish_window(self, staging: Path, table: str, epoch: int, first: int, last: int) -> None:
+        """Make ``staging`` the directory of chunks ``first..last``, after removing any directory an earlier
+        attempt wrote for an overlapping range (a retry may group the chunks differently)."""
+        final = self.window_dir(table, epoch, first, last)
+        if final.parent.is_dir():
+            for d in final.parent.iterdir():
+                rng = _chunk_range(d.name)
+                if d != final and rng is not None and rng[0] <= last and first <= rng[1]:
+                    trash = d.with_name(f"_old-{uuid.uuid4().hex}")
+                    os.replace(d, trash)
+                    shutil.rmtree(trash, ignore_errors=True)
+        self.publish(staging, final)
+
+    @staticmethod
+    def version_path(version: tuple[int, int, int]) -> str:
+        """The directories holding a snapshot chunk's files: its version as Hive-style partition values."""
+        seq, pos, row = version
+        return f"_cdc_file_seq={seq}/_cdc_pos={pos}/_cdc_row={row}"
 
     def batch_dir(self, table: str, batch_id: int) -> Path:
         return self.table_dir(table) / "changes" / f"batch={batch_id}"

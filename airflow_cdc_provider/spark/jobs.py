@@ -19,7 +19,13 @@ def _args(argv: list[str], what: str) -> argparse.Namespace:
 
 
 def _logging() -> None:
+    import faulthandler
+    import signal
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    # `kill -USR1 <driver python pid>` prints every thread's stack to the driver's stderr (a stuck job's
+    # Python side; `kill -3` on the driver JVM does the same for the JVM side)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
 def _run(argv: list[str] | None, script: str, title, runner) -> int:

@@ -1,6 +1,7 @@
 """Spark writers of the two sinks, behind one small interface.
 
-``prepare`` (once per table and job), ``write_chunk`` (a snapshot chunk, idempotent: a retry replaces it),
+``prepare`` (once per table and job), ``write_chunks`` (the chunks of one snapshot window, rows tagged with
+their chunk index in ``CHUNK_COLUMN``; idempotent per chunk: a retry replaces it),
 ``write_changes`` (one stream micro-batch, idempotent per batch id) and ``current_state`` (the table as the
 sink holds it now, for ``verify`` and ``materialize``). Rows given to the writers already carry the metadata
 columns (``with_meta``).
@@ -8,6 +9,8 @@ columns (``with_meta``).
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Callable
 
 from ..mysql.types import TableSinkTypes
@@ -17,6 +20,7 @@ from ..sinks.postgres import PostgresMirror, pg_ident
 from .columns import col, cols
 
 Hook = Callable[[], None]
+CHUNK_COLUMN = "__cdc_chunk"
 
 
 def with_meta(df, op: str, ts_ms: int, version: tuple[int, int, int]):
@@ -55,13 +59,72 @@ class SparkParquetSink:
 
         self.layout.write_schema(str(types.schema.table), StructType.fromDDL(types.spark_ddl).json())
 
-    def write_chunk(self, df, types: TableSinkTypes, epoch: int, index: int, low_watermark: tuple,
-                    retried: bool, mid_write: Hook) -> None:
+    # Snapshot windows are staged: the rows are written once, between the watermarks (the write is what
+    # forces the read), and published by a rename under their version; a window is rewritten only when its
+    # binlog window changed some of its keys. All chunks of a window share one version (the window's HW),
+    # so it lives in the path (Hive-style partition values ``_cdc_file_seq=/_cdc_pos=/_cdc_row=``), which
+    # Spark and pyarrow readers turn back into columns; ``_cdc_chunk`` in the files names each row's chunk.
+    stages_in_window = True
+
+    @staticmethod
+    def _snapshot_rows(df):
+        from pyspark.sql import functions as F
+
+        return df.select(*[col(c) for c in df.columns if c != CHUNK_COLUMN], F.lit("r").alias("_cdc_op"),
+                         F.lit(0).cast("bigint").alias("_cdc_ts_ms"), F.col(CHUNK_COLUMN).alias("_cdc_chunk"))
+
+    def stage_window(self, df, types: TableSinkTypes) -> Path:
+        """Write the window's rows (data columns and ``CHUNK_COLUMN``) to a staging directory."""
+        staging = self.layout.staging_dir(str(types.schema.table))
+        self._snapshot_rows(df).write.mode("overwrite").parquet(str(staging))
+        return staging
+
+    @staticmethod
+    def staged_counts(staging: Path) -> dict[int, int]:
+        """Rows per chunk, from the staged files' ``_cdc_chunk`` column alone (batch by batch: bounded memory)."""
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        counts: dict[int, int] = {}
+        for f in staging.glob("*.parquet"):
+            for batch in pq.ParquetFile(f).iter_batches(columns=["_cdc_chunk"], batch_size=1 << 20):
+                for vc in pc.value_counts(batch.column(0)).to_pylist():
+                    counts[vc["values"]] = counts.get(vc["values"], 0) + vc["counts"]
+        return counts
+
+    def read_staged(self, staging: Path, types: TableSinkTypes):
+        """The staged rows as data columns and ``CHUNK_COLUMN`` (for folding the window's changes in)."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+        schema = StructType([*StructType.fromDDL(types.spark_ddl).fields, StructField("_cdc_op", StringType()),
+                             StructField("_cdc_ts_ms", LongType()), StructField("_cdc_chunk", IntegerType())])
+        if not any(staging.glob("*.parquet")):
+            return self.spark.createDataFrame([], schema).drop("_cdc_op", "_cdc_ts_ms").withColumnRenamed("_cdc_chunk", CHUNK_COLUMN)
+        df = self.spark.read.schema(schema).parquet(str(staging))
+        return df.select(*[col(f.name) for f in schema.fields[:-3]], F.col("_cdc_chunk").alias(CHUNK_COLUMN))
+
+    def publish_window(self, staging: Path, types: TableSinkTypes, epoch: int, indexes: list[int],
+                       version: tuple[int, int, int], folded, mid_write: Hook) -> None:
+        """Rewrite the window from ``folded`` (data columns and ``CHUNK_COLUMN``) if its binlog window changed
+        it, then rename it into ``chunks=<first>-<last>/<version path>``, replacing every directory an earlier
+        attempt wrote for any of these chunks."""
+        import shutil
+
         table = str(types.schema.table)
-        staging = self.layout.staging_dir(table)
-        df.write.mode("overwrite").parquet(str(staging))
+        rewritten = None
+        if folded is not None:
+            rewritten = self.layout.staging_dir(table)
+            self._snapshot_rows(folded).write.mode("overwrite").parquet(str(rewritten))
         mid_write()
-        self.layout.publish(staging, self.layout.chunk_dir(table, epoch, index))
+        wrapper = self.layout.staging_dir(table)
+        target = wrapper / self.layout.version_path(version)
+        target.parent.mkdir(parents=True)
+        os.replace(rewritten or staging, target)
+        self.layout.publish_window(wrapper, table, epoch, min(indexes), max(indexes))
+        for d in (staging, rewritten):
+            if d is not None:
+                shutil.rmtree(d, ignore_errors=True)
 
     def write_changes(self, df, types: TableSinkTypes, batch_id: int, mid_write: Hook) -> None:
         table = str(types.schema.table)
@@ -80,7 +143,7 @@ class SparkParquetSink:
         parts = []
         current = self.layout.read_current(table)
         if current:
-            d = self.layout.chunk_dir(table, current["epoch"], 0).parent
+            d = self.layout.epoch_dir(table, current["epoch"])
             parts.append(self.spark.read.schema(schema).parquet(str(d)).select(*cols(schema.fieldNames())))
         if self.layout.has_changes(table):
             ch = self.spark.read.schema(schema).parquet(str(self.layout.table_dir(table) / "changes"))
@@ -101,6 +164,8 @@ class SparkParquetSink:
 
 
 class SparkPostgresSink:
+    stages_in_window = False  # versioned upserts need the HW: rows are cached in the window, then written
+
     def __init__(self, spark, config: SinkConfig, secrets: dict[str, str]) -> None:
         self.spark = spark
         self.config = config
@@ -110,7 +175,8 @@ class SparkPostgresSink:
         columns = [(c.name, t.postgres) for c, t in zip(types.schema.columns, types.types, strict=True)]
         self.mirror.ensure_table(str(types.schema.table), columns, types.schema.key_columns)
 
-    def _upsert(self, df, types: TableSinkTypes, chunk_tag: str | None) -> None:
+    def _upsert(self, df, types: TableSinkTypes, chunk_tag) -> None:
+        """``chunk_tag``: a Spark column naming each row's snapshot chunk (``epoch:index``), or None."""
         from pyspark.sql import functions as F
 
         table = str(types.schema.table)
@@ -124,7 +190,8 @@ class SparkPostgresSink:
             data.append((ref.cast("timestamp_ntz") if t.spark == "timestamp" else ref).alias(c.name))
         out = df.select(
             *data, *[F.col(n) for n in META_NAMES],
-            (F.col("_cdc_op") == "d").alias("_cdc_deleted"), F.lit(chunk_tag).cast("string").alias("_cdc_chunk"),
+            (F.col("_cdc_op") == "d").alias("_cdc_deleted"),
+            (F.lit(None) if chunk_tag is None else chunk_tag).cast("string").alias("_cdc_chunk"),
         )
         mirror = self.mirror
 
@@ -133,13 +200,14 @@ class SparkPostgresSink:
 
         out.foreachPartition(write_partition)
 
-    def write_chunk(self, df, types: TableSinkTypes, epoch: int, index: int, low_watermark: tuple,
-                    retried: bool, mid_write: Hook) -> None:
-        tag = f"{epoch}:{index}"
-        self._upsert(df, types, tag)
+    def write_chunks(self, df, types: TableSinkTypes, epoch: int, indexes: list[int], low_watermark: tuple,
+                     retried: set[int], mid_write: Hook) -> None:
+        from pyspark.sql import functions as F
+
+        self._upsert(df, types, F.concat(F.lit(f"{epoch}:"), F.col(CHUNK_COLUMN).cast("string")))
         mid_write()
-        if retried:
-            self.mirror.sweep_chunk(str(types.schema.table), tag, low_watermark)
+        for index in sorted(retried):
+            self.mirror.sweep_chunk(str(types.schema.table), f"{epoch}:{index}", low_watermark)
 
     def write_changes(self, df, types: TableSinkTypes, batch_id: int, mid_write: Hook) -> None:
         self._upsert(latest_per_key(df, types.schema.key_columns), types, None)

@@ -1,19 +1,26 @@
-"""The chunk snapshot job: the DBLog / Flink CDC 2.0 watermark read of one or more chunks of one table.
+"""The chunk snapshot job: the DBLog / Flink CDC 2.0 watermark read of the chunks of one table.
 
-Per chunk, in this order (``mysql/chunk_reader.py`` is the in-process reference of the same steps):
+The chunks a task holds are consecutive, so they are read together in one watermark window (their union is
+one key range; the algorithm holds for any key range read between its watermarks). One window instead of one
+per chunk is what makes a task cost about as much as a plain JDBC reload of the same rows: one JDBC read
+spread over all cores, one sink write, one binlog window read. Each chunk still gets its own report (same
+LW/HW), sink directory or tag, and emit-filter entry.
 
 1. ``LW`` = binlog position now;
-2. SELECT the chunk's rows with Spark JDBC, one partition per key sub-range, and persist them (Spark is
-   lazy: the read must happen *between* the watermarks, so it is forced with a count);
+2. SELECT the window's rows with Spark JDBC (integer keys: ``partitions`` even key sub-ranges over the whole
+   window, each row tagged with its chunk by a comparison tree on the chunk bounds; other keys: one read per
+   chunk) and persist them (Spark is lazy: the read must happen *between* the watermarks, so it is forced
+   with a count);
 3. ``HW`` = binlog position now;
 4. if ``HW > LW``: read the binlog window ``[LW, HW)`` of this table on the driver, keep the changes of keys
-   inside the chunk, and fold them in Spark: keyed anti-join removes every changed key from the SELECTed rows,
-   a union adds back the last image of each key that is not deleted. Chunk rows never reach the driver;
-   only the window's changed keys do;
-5. write the rows with version ``HW`` to the sink (idempotent), then the chunk report to the state store.
+   inside the window's chunks, and fold them in Spark: keyed anti-join removes every changed key from the
+   SELECTed rows, a union adds back the last image of each key that is not deleted. Chunk rows never reach
+   the driver; only the window's changed keys do;
+5. write the rows with version ``HW`` to the sink (idempotent per chunk), then one report per chunk to the
+   state store.
 
 A ``.started`` marker in the state store tells a retry that an earlier attempt may have written part of
-this chunk; the JDBC sink then removes rows that attempt wrote and this one did not (deleted meanwhile).
+a chunk; the JDBC sink then removes rows that attempt wrote and this one did not (deleted meanwhile).
 """
 
 from __future__ import annotations
@@ -22,9 +29,10 @@ import contextlib
 import logging
 import math
 import time
+from collections import Counter
 from typing import Any
 
-from ..core.chunks import Chunk
+from ..core.chunks import Chunk, chunk_locator
 from ..core.keys import Key
 from ..core.records import OP_DELETE, ChangeRecord
 from ..faults import FaultSwitch
@@ -40,19 +48,22 @@ from ..mysql.types import TableSinkTypes
 from ..sinks import SinkConfig
 from ..state import StateStore, table_dir_name
 from .jdbc_read import read_key_ranges
-from .sinks import spark_sink, with_meta
+from .columns import col
+from .sinks import CHUNK_COLUMN, spark_sink, with_meta
 
 log = logging.getLogger("airflow_cdc.snapshot")
 
 MIN_ROWS_PER_PARTITION = 20_000
+MAX_CHUNKS_PER_WINDOW = 256  # bounds the chunk-tag expression and the number of JDBC reads of a window
 
 
-def key_sub_ranges(conn: Any, schema: TableSchema, chunk: Chunk, partitions: int) -> list[tuple[Key | None, Key | None]]:
-    """Split a chunk of a single-integer-key table into ``partitions`` key ranges for a parallel read."""
-    whole = [(chunk.start, chunk.end)]
+def key_sub_ranges(conn: Any, schema: TableSchema, start: Key | None, end: Key | None,
+                   partitions: int) -> list[tuple[Key | None, Key | None]]:
+    """Split ``[start, end)`` of a single-integer-key table into ``partitions`` key ranges for a parallel read."""
+    whole = [(start, end)]
     if partitions <= 1 or not schema.single_integer_key:
         return whole
-    where, params = range_predicate(schema.key_columns, chunk.start, chunk.end)
+    where, params = range_predicate(schema.key_columns, start, end)
     k = quote_ident(schema.key_columns[0])
     with conn.cursor() as cur:
         cur.execute(f"SELECT MIN({k}), MAX({k}) FROM {quote_table(schema.table)} WHERE {where}", params)
@@ -61,25 +72,64 @@ def key_sub_ranges(conn: Any, schema: TableSchema, chunk: Chunk, partitions: int
         return whole
     step = math.ceil((hi - lo + 1) / partitions)
     bounds = [(lo + i * step,) for i in range(1, partitions) if lo + i * step <= hi]
-    edges = [chunk.start, *bounds, chunk.end]
+    edges = [start, *bounds, end]
     return list(zip(edges[:-1], edges[1:]))
 
 
-def window_changes(records: list[ChangeRecord], in_chunk) -> tuple[dict[Key, ChangeRecord], int]:
-    """The last change of every key inside the chunk, and how many window changes touched the chunk."""
-    last: dict[Key, ChangeRecord] = {}
-    applied = 0
+def chunk_tag_column(key_column: str, chunks: list[Chunk]):
+    """Spark: the index of the chunk holding each row of a single-integer-key window (a balanced comparison
+    tree on the chunk bounds: log2(chunks) compiled comparisons per row)."""
+    from pyspark.sql import functions as F
+
+    key = col(key_column)
+
+    def tree(lo: int, hi: int):
+        if lo == hi:
+            return F.lit(chunks[lo].index)
+        mid = (lo + hi + 1) // 2
+        return F.when(key < F.lit(chunks[mid].start[0]), tree(lo, mid - 1)).otherwise(tree(mid, hi))
+
+    return tree(0, len(chunks) - 1)
+
+
+def read_window_rows(spark, conn, settings, schema: TableSchema, types: TableSinkTypes, chunks: list[Chunk],
+                     partitions: int):
+    """The rows of the window's chunks, each with its chunk index in ``CHUNK_COLUMN``."""
+    from pyspark.sql import functions as F
+
+    if schema.single_integer_key:
+        ranges = key_sub_ranges(conn, schema, chunks[0].start, chunks[-1].end, partitions)
+        df = read_key_ranges(spark, settings, types, ranges)
+        return df.withColumn(CHUNK_COLUMN, chunk_tag_column(schema.key_columns[0], chunks))
+    parts = [read_key_ranges(spark, settings, types, [(c.start, c.end)]).withColumn(CHUNK_COLUMN, F.lit(c.index))
+             for c in chunks]
+    df = parts[0]
+    for part in parts[1:]:
+        df = df.unionByName(part)
+    return df
+
+
+def chunk_counts(df) -> dict[int, int]:
+    return {r[0]: r[1] for r in df.groupBy(CHUNK_COLUMN).count().collect()}
+
+
+def window_changes(records: list[ChangeRecord], locate) -> tuple[dict[Key, tuple[ChangeRecord, int]], Counter]:
+    """The last change of every key inside the window with its chunk index, and per chunk index how many
+    window changes touched it."""
+    last: dict[Key, tuple[ChangeRecord, int]] = {}
+    applied: Counter = Counter()
     for rec in records:
-        if in_chunk(rec.key):
-            last[rec.key] = rec
-            applied += 1
+        chunk = locate(rec.key)
+        if chunk is not None:
+            last[rec.key] = (rec, chunk.index)
+            applied[chunk.index] += 1
     return last, applied
 
 
-def fold_window(spark, rows_df, types: TableSinkTypes, last: dict[Key, ChangeRecord]):
+def fold_window(spark, rows_df, types: TableSinkTypes, last: dict[Key, tuple[ChangeRecord, int]]):
     """Spark: rows without the changed keys, plus the last image of each changed key that still exists."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import IntegerType, StructField, StructType
 
     if not last:
         return rows_df
@@ -88,10 +138,24 @@ def fold_window(spark, rows_df, types: TableSinkTypes, last: dict[Key, ChangeRec
     full = StructType.fromDDL(types.spark_ddl)
     key_struct = StructType([full.fields[i] for i in key_idx])
     key_rows = [tuple(types.types[i].convert(v) for i, v in zip(key_idx, key, strict=True)) for key in last]
-    upserts = [types.row_to_sink(dict(rec.after)) for rec in last.values() if rec.op != OP_DELETE]
+    upserts = [(*types.row_to_sink(dict(rec.after)), index) for rec, index in last.values() if rec.op != OP_DELETE]
     changed = spark.createDataFrame(key_rows, key_struct)
     kept = rows_df.join(F.broadcast(changed), on=list(schema.key_columns), how="left_anti")
-    return kept.unionByName(spark.createDataFrame(upserts, full))
+    tagged = StructType([*full.fields, StructField(CHUNK_COLUMN, IntegerType(), False)])
+    return kept.unionByName(spark.createDataFrame(upserts, tagged))
+
+
+def windows(chunks: list[Chunk], epochs: list[int]) -> list[list[int]]:
+    """Positions of ``chunks`` grouped into watermark windows: runs of consecutive chunks of one epoch."""
+    out: list[list[int]] = []
+    for i, (c, e) in enumerate(zip(chunks, epochs, strict=True)):
+        prev = out[-1][-1] if out else None
+        if (prev is not None and epochs[prev] == e and chunks[prev].end is not None and chunks[prev].end == c.start
+                and len(out[-1]) < MAX_CHUNKS_PER_WINDOW):
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
 
 
 class SnapshotJob:
@@ -106,6 +170,7 @@ class SnapshotJob:
 
     def run(self) -> list[dict[str, Any]]:
         chunks = [Chunk.from_dict(c) for c in self.spec.chunks]
+        epochs = [int(c["epoch"]) for c in self.spec.chunks]
         tables = {c.table for c in chunks}
         if len(tables) != 1:
             raise ValueError(f"a snapshot job reads chunks of one table, got {sorted(map(str, tables))}")
@@ -118,56 +183,92 @@ class SnapshotJob:
             types = TableSinkTypes.of(schema)
             self.sink.prepare(types)
             order = DatabaseKeyOrder(conn, schema)
-            for chunk, raw in zip(chunks, self.spec.chunks, strict=True):
-                reports.append(self.read_chunk(conn, info, schema, types, order, chunk, int(raw["epoch"])))
+            for positions in windows(chunks, epochs):
+                reports += self.read_window(conn, info, schema, types, order, [chunks[i] for i in positions],
+                                            epochs[positions[0]])
         return reports
 
-    def read_chunk(self, conn, info, schema, types, order, chunk: Chunk, epoch: int) -> dict[str, Any]:
+    def _hit(self, point: str, chunks: list[Chunk]) -> None:
+        for c in chunks:
+            self.faults.hit(point, c.split_id)
+
+    def read_window(self, conn, info, schema, types, order, chunks: list[Chunk], epoch: int) -> list[dict[str, Any]]:
         from pyspark import StorageLevel
 
-        ctx = chunk.split_id
-        started = f"tables/{table_dir_name(str(schema.table))}/epoch={epoch}/{chunk.index}.started"
-        retried = self.store.exists(started)
-        self.store.write_json(started, {"split_id": ctx, "at": time.time()})
-        self.store.clear_chunk_report(str(schema.table), epoch, chunk.index)
+        table = str(schema.table)
+        retried = set()
+        for chunk in chunks:
+            started = f"tables/{table_dir_name(table)}/epoch={epoch}/{chunk.index}.started"
+            if self.store.exists(started):
+                retried.add(chunk.index)
+            self.store.write_json(started, {"split_id": chunk.split_id, "at": time.time()})
+            self.store.clear_chunk_report(table, epoch, chunk.index)
         t0 = time.monotonic()
 
         low = current_offset(conn, info)
-        self.faults.hit("after_low_watermark", ctx)
-        ranges = key_sub_ranges(conn, schema, chunk, self.partitions)
-        rows_df = read_key_ranges(self.spark, self.settings, types, ranges).persist(StorageLevel.MEMORY_AND_DISK)
-        selected = rows_df.count()
-        self.faults.hit("after_select", ctx)
+        self._hit("after_low_watermark", chunks)
+        rows_df = read_window_rows(self.spark, conn, self.settings, schema, types, chunks, self.partitions)
+        staged = None
+        if self.sink.stages_in_window:  # the staging write forces the read: each row is written once
+            staged = self.sink.stage_window(rows_df, types)
+            counts = self.sink.staged_counts(staged)
+        else:  # persist + count forces the read; the rows are written once the HW is known
+            rows_df = rows_df.persist(StorageLevel.MEMORY_AND_DISK)
+            counts = {chunks[0].index: rows_df.count()} if len(chunks) == 1 else chunk_counts(rows_df)
+        t_select = time.monotonic() - t0
+        self._hit("after_select", chunks)
         high = current_offset(conn, info)
-        self.faults.hit("after_high_watermark", ctx)
+        self._hit("after_high_watermark", chunks)
 
-        last: dict[Key, ChangeRecord] = {}
-        applied = 0
+        last: dict[Key, tuple[ChangeRecord, int]] = {}
+        applied: Counter = Counter()
         if high > low:
             records = list(read_changes_between(self.settings, self.spec.server_id, low, high, {schema.table: schema}))
             if order.needs_database:
-                order.prefetch([r.key for r in records] + [k for k in (chunk.start, chunk.end) if k is not None])
-            last, applied = window_changes(records, lambda key: order.in_range(key, chunk.start, chunk.end))
-        result = fold_window(self.spark, rows_df, types, last).persist(StorageLevel.MEMORY_AND_DISK)
-        rows = result.count() if last else selected
-        out = with_meta(result, "r", 0, high.sort_key)
-        self.sink.write_chunk(out, types, epoch, chunk.index, low.sort_key, retried,
-                              lambda: self.faults.hit("mid_sink_write", ctx))
-        result.unpersist()
-        rows_df.unpersist()
-        report = {
-            **chunk_report_base(chunk),
-            "low_watermark": low.to_dict(),
-            "high_watermark": high.to_dict(),
-            "rows": int(rows),
-            "window_events_applied": applied,
-            "seconds": round(time.monotonic() - t0, 3),
-            "epoch": epoch,
-            "index": chunk.index,
-        }
-        self.store.write_chunk_report(epoch, chunk.index, report)
-        log.info("chunk %s: %d rows, %d window changes, %.1fs", chunk.label, rows, applied, report["seconds"])
-        return report
+                order.prefetch([r.key for r in records] + [k for c in chunks for k in (c.start, c.end) if k is not None])
+            last, applied = window_changes(records, chunk_locator(chunks, order))
+        touched = {index for _, index in last.values()}
+        t_write = time.monotonic()
+        mid_write = lambda: self._hit("mid_sink_write", chunks)  # noqa: E731
+        if staged is not None:
+            folded = None
+            if touched:
+                folded = fold_window(self.spark, self.sink.read_staged(staged, types), types, last)
+                folded = folded.persist(StorageLevel.MEMORY_AND_DISK)
+                counts = chunk_counts(folded)
+            self.sink.publish_window(staged, types, epoch, [c.index for c in chunks], high.sort_key, folded, mid_write)
+            if folded is not None:
+                folded.unpersist()
+        else:
+            result = fold_window(self.spark, rows_df, types, last)
+            if touched:
+                result = result.persist(StorageLevel.MEMORY_AND_DISK)
+                counts.update({i: 0 for i in touched})
+                counts.update(chunk_counts(result))
+            self.sink.write_chunks(with_meta(result, "r", 0, high.sort_key), types, epoch, [c.index for c in chunks],
+                                   low.sort_key, retried, mid_write)
+            result.unpersist()
+            rows_df.unpersist()
+        t_write = time.monotonic() - t_write
+        seconds = round(time.monotonic() - t0, 3)
+        reports = []
+        for chunk in chunks:
+            report = {
+                **chunk_report_base(chunk),
+                "low_watermark": low.to_dict(),
+                "high_watermark": high.to_dict(),
+                "rows": int(counts.get(chunk.index, 0)),
+                "window_events_applied": applied[chunk.index],
+                "seconds": seconds,
+                "epoch": epoch,
+                "index": chunk.index,
+            }
+            self.store.write_chunk_report(epoch, chunk.index, report)
+            reports.append(report)
+        log.info("window %s%s: %d rows, %d window changes, %.1fs (select %.1fs, sink write %.1fs)", chunks[0].label,
+                 f" (+{len(chunks) - 1} chunks)" if len(chunks) > 1 else "", sum(counts.values()),
+                 sum(applied.values()), seconds, t_select, t_write)
+        return reports
 
 
 def run_snapshot(spark, spec: JobSpec, secrets: dict[str, str]) -> list[dict[str, Any]]:

@@ -113,7 +113,9 @@ def _main(argv: list[str]) -> int:
     with create_session() as session:
         for ti in dr.get_task_instances(session=session):
             tis.append({"task_id": ti.task_id, "map_index": ti.map_index, "state": str(ti.state),
-                        "label": ti.rendered_map_index, "try_number": ti.try_number})
+                        "label": ti.rendered_map_index, "try_number": ti.try_number,
+                        "start": ti.start_date.timestamp() if ti.start_date else None,
+                        "end": ti.end_date.timestamp() if ti.end_date else None})
         rows = session.query(XComModel).filter(XComModel.dag_id == dag_id, XComModel.run_id == dr.run_id,
                                                XComModel.key == "return_value").all()
         xcoms = {f"{r.task_id}[{r.map_index}]": XComModel.deserialize_value(r) for r in rows}

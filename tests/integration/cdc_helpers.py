@@ -200,14 +200,17 @@ class BackgroundWriter:
 
 
 def write_pipeline(pipelines: Path, db, tmp_path: Path, extra: str = "", tables=("orders", "customers"),
-                   sink: str | None = None, dag_id: str = "shop_cdc", chunk_size: int = 2000) -> Path:
-    """A pipeline YAML over ``tables`` of the test database (parquet sink under tmp_path unless ``sink``)."""
+                   sink: str | None = None, dag_id: str = "shop_cdc", chunk_size: int = 2000,
+                   rows_per_task: int | None = None) -> Path:
+    """A pipeline YAML over ``tables`` of the test database (parquet sink under tmp_path unless ``sink``);
+    chunks share mapped tasks by the default ``rows_per_task`` unless it is given."""
     p = pipelines / f"{dag_id}.yaml"
     names = ", ".join(db.table(t) for t in tables)
     sink = sink or f"sink:\n  type: parquet\n  path: {tmp_path / 'sink'}\n"
     p.write_text(
         f"dag_id: {dag_id}\nsource:\n  conn_id: src\n  tables: [{names}]\n"
-        f"snapshot:\n  chunk_size: {chunk_size}\n  max_active_chunks: 1\n{sink}"
+        f"snapshot:\n  chunk_size: {chunk_size}\n  max_active_chunks: 1\n"
+        + (f"  rows_per_task: {rows_per_task}\n" if rows_per_task else "") + sink +
         f"state:\n  path: {tmp_path / 'state'}\ndefault_args:\n  retries: 1\n  retry_delay: 0\n{extra}"
     )
     return p

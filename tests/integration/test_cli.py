@@ -45,10 +45,14 @@ def test_plan_prints_the_chunks(pipeline, source_db):
 
 def test_plan_json(pipeline, source_db):
     write, env = pipeline
-    res = run(write([source_db.table("orders")]), "--json", "--max-tasks", "2", env_extra=env)
+    res = run(write([source_db.table("orders")]), "--json", env_extra=env)
     assert res.returncode == 0, res.stderr
     plan = json.loads(res.stdout)
     assert [(c["start"], c["end"]) for c in plan["tables"][0]["chunks"]] == [(None, [105]), ([105], [109]), ([109], None)]
+    assert len(plan["tasks"]) == 1 and len(plan["tasks"][0]["chunks"]) == 3  # rows_per_task: one Spark app
+    # one task per chunk (rows_per_task = chunk_size), capped by --max-tasks (Airflow's max_map_length)
+    res = run(write([source_db.table("orders")], "  rows_per_task: 4\n"), "--json", "--max-tasks", "2", env_extra=env)
+    plan = json.loads(res.stdout)
     assert len(plan["tasks"]) == 2 and sum(len(t["chunks"]) for t in plan["tasks"]) == 3
 
 

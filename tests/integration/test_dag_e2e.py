@@ -44,7 +44,7 @@ def test_dagbag_reports_a_broken_pipeline_without_hiding_the_others(airflow_home
 def test_snapshot_then_stream_then_resume_then_resnapshot(airflow_home, source_db, tmp_path, spark):
     env, dags, pipelines = airflow_home
     make_shop(source_db, orders=5000, customers=300)
-    write_pipeline(pipelines, source_db, tmp_path)
+    write_pipeline(pipelines, source_db, tmp_path, rows_per_task=2000)  # one mapped task per chunk
     fault = {"point": "after_select", "action": "kill", "match": "orders:1", "once": str(tmp_path / "fault-once")}
     env1 = {**env, "AIRFLOW_CDC_FAULT": __import__("json").dumps(fault)}
 
@@ -78,10 +78,13 @@ def test_snapshot_then_stream_then_resume_then_resnapshot(airflow_home, source_d
         assert sink_rows(spark, sink, {}, table_types(source_db, t)) == source_rows(source_db, t)
 
     source_db.execute("DELETE FROM orders WHERE id <= 10")
+    write_pipeline(pipelines, source_db, tmp_path)  # default rows_per_task: the re-snapshot is one task
     run3 = run_dag(env, dags, "shop_cdc", {"resnapshot": [source_db.table("orders")]}, log_file=tmp_path / "run3.log")
     assert run3["state"] == "success", run3
     labels = [t["label"] for t in run3["tis"] if t["task_id"] == "snapshot_chunk"]
-    assert len(labels) == 3 and all(source_db.table("orders") in lbl for lbl in labels)
+    assert len(labels) == 1 and labels[0].startswith(source_db.table("orders")) and "(3 chunks)" in labels[0], labels
+    reports = run3["xcom"]["snapshot_chunk[0]"]
+    assert len(reports) == 3 and len({r["high_watermark"]["pos"] for r in reports}) == 1  # one watermark window
     for t in ("orders", "customers"):
         assert sink_rows(spark, sink, {}, table_types(source_db, t)) == source_rows(source_db, t)
 

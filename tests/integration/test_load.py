@@ -15,23 +15,13 @@ from pathlib import Path
 
 from airflow_cdc_provider.state import StateStore
 from airflow_cdc_provider.testing.airflow_run import run_dag
+from airflow_cdc_provider.testing.sysbench import sysbench
 
 from .cdc_helpers import write_pipeline
 from .conftest import scale
 from .test_spark_pipeline import changelog, expected_changelog
 
 CLI = str(Path(sys.executable).parent / "airflow-cdc")
-
-
-def sysbench(mariadb, db: str, action: str, table_size: int, *extra: str, background: bool = False):
-    cmd = ["sysbench", "oltp_write_only", "--db-driver=mysql", "--mysql-host=127.0.0.1", f"--mysql-port={mariadb.port}",
-           f"--mysql-user={mariadb.app.user}", f"--mysql-password={mariadb.app.password}", f"--mysql-db={db}",
-           "--tables=1", f"--table-size={table_size}", *extra, action]
-    if background:
-        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    return res
 
 
 class RegionWriter(threading.Thread):

@@ -11,6 +11,7 @@ from airflow_cdc_provider.core.chunks import (
     SplitOptions,
     TableId,
     distribution_factor,
+    chunk_locator,
     group_into_tasks,
     split_even,
     split_table,
@@ -162,6 +163,24 @@ def test_chunks_are_grouped_to_respect_max_map_length():
     assert len(tasks) <= 4
     assert [c for t in tasks for c in t.chunks] == chunks  # order and coverage kept
     assert all(len({c.table for c in t.chunks}) == 1 for t in tasks)
+
+
+def test_chunks_per_task_groups_consecutive_chunks_of_one_table():
+    chunks = _chunks(10) + _chunks(3, "db.u")
+    tasks = group_into_tasks(chunks, 1024, chunks_per_task=4)
+    assert [len(t.chunks) for t in tasks] == [4, 3, 3, 3]  # db.t: 10 chunks in 3 even tasks; db.u: one task
+    assert [c for t in tasks for c in t.chunks] == chunks
+    assert len(group_into_tasks(chunks, 2, chunks_per_task=4)) == 2  # max_map_length still wins
+
+
+def test_chunk_locator_finds_the_chunk_of_a_key_inside_consecutive_chunks():
+    chunks = _chunks(4)  # (-inf, 1), [1, 2), [2, 3), [3, +inf)
+    locate = chunk_locator(chunks)
+    assert [locate((k,)).index for k in (-5, 0, 1, 2, 3, 99)] == [0, 0, 1, 2, 3, 3]
+    middle = chunk_locator(chunks[1:3])
+    assert middle((0,)) is None and middle((3,)) is None and middle((2,)).index == 2
+    with pytest.raises(ValueError, match="not consecutive"):
+        chunk_locator([chunks[0], chunks[2]])
 
 
 def test_more_tables_than_tasks_is_an_actionable_error():
