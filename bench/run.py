@@ -1,0 +1,359 @@
+"""``make bench``: our pipeline against what users would run instead, measured in the same run.
+
+    python bench/run.py [--rows 1000000,5000000] [--changes 200000] [--latency-seconds 60]
+                        [--memory-changes 1000000] [--only snapshot,catchup,latency,memory]
+
+Everything runs on this machine: a private MariaDB (binlog ROW/FULL) with sysbench tables, a private
+PostgreSQL for the JDBC sink, Airflow (SQLite) running the real generated DAG with ``dag.test()``, and Spark
+``local[2]`` as the embedded default. Scenarios (issue 6):
+
+* snapshot: the snapshot phase of the DAG (validate -> plan -> chunk tasks -> collect watermarks, from the
+  first task's start to the last one's end) vs ``mariadb --quick`` and vs one plain spark-submit reading the
+  table over JDBC with 2 partitions and writing Parquet;
+* catch-up: the stream task applying the row changes of sysbench oltp_write_only (parquet and jdbc sinks) vs
+  a bare python-mysql-replication loop that only decodes the same events;
+* latency: continuous mode at a fixed sysbench rate; commit-to-sink delay of probe rows (committed with a
+  client timestamp, seen in the sink by a 50 ms poller), p50/p99;
+* memory: peak RSS of the Spark driver (JVM) and the Python processes (driver + workers), sampled every 0.2 s
+  from /proc, during the largest snapshot and during a large catch-up.
+
+Ratios: for times, ours / baseline (lower is better); for throughput, ours / baseline (higher is better).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from airflow_cdc_provider.core.offsets import BinlogOffset  # noqa: E402
+from airflow_cdc_provider.mysql.server import current_offset  # noqa: E402
+from airflow_cdc_provider.mysql.settings import ConnectionSettings  # noqa: E402
+from airflow_cdc_provider.spark.session import default_jars  # noqa: E402
+from airflow_cdc_provider.state import StateStore  # noqa: E402
+from airflow_cdc_provider.testing.airflow_run import (  # noqa: E402
+    BackgroundDagRun, airflow_env, install_dag_files, migrate, run_dag)
+from airflow_cdc_provider.testing.mariadb import PrivateMariaDB  # noqa: E402
+from airflow_cdc_provider.testing.postgres import PrivatePostgres  # noqa: E402
+from airflow_cdc_provider.testing.spark import spark_env, spark_submit_binary  # noqa: E402
+from airflow_cdc_provider.testing.sysbench import sysbench  # noqa: E402
+
+CLI = str(Path(sys.executable).with_name("airflow-cdc"))
+SNAPSHOT_TASKS = ("validate_source", "plan_chunks", "snapshot_chunk", "collect_watermarks")
+CHANGES_PER_EVENT = 4  # oltp_write_only: 2 updates, 1 delete, 1 insert per transaction
+
+
+class Results:
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, str, str, str]] = []
+
+    def add(self, scenario: str, ours: str, base: str, ratio: str, goal: str) -> None:
+        self.rows.append((scenario, ours, base, ratio, goal))
+        print(f"  -> {scenario}: ours {ours} | baseline {base} | ratio {ratio} | goal {goal}", flush=True)
+
+    def table(self) -> str:
+        head = ("scenario", "ours", "baseline", "ratio", "goal")
+        widths = [max(len(r[i]) for r in [head, *self.rows]) for i in range(5)]
+        line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
+        return "\n".join([line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, self.rows)])
+
+
+class RssSampler(threading.Thread):
+    """Peak resident memory of Spark's JVMs and of the Python processes under them (driver, workers)."""
+
+    def __init__(self, interval: float = 0.2) -> None:
+        super().__init__(daemon=True)
+        self.interval = interval
+        self.peak_jvm = 0
+        self.peak_python = 0
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.wait(self.interval):
+            jvm = py = 0
+            for pid in os.listdir("/proc"):
+                if not pid.isdigit():
+                    continue
+                try:
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+                    rss = next(int(x.split()[1]) for x in Path(f"/proc/{pid}/status").read_text().splitlines()
+                               if x.startswith("VmRSS:")) * 1024
+                except (OSError, StopIteration):
+                    continue
+                if b"org.apache.spark.deploy.SparkSubmit" in cmd:
+                    jvm += rss
+                elif b"pyspark.daemon" in cmd or b"pyspark.sql" in cmd or b"spark_jobs/" in cmd:
+                    py += rss
+            self.peak_jvm, self.peak_python = max(self.peak_jvm, jvm), max(self.peak_python, py)
+
+    def __enter__(self) -> "RssSampler":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._halt.set()
+        self.join(5)
+
+
+def mib(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB"
+
+
+class Bench:
+    def __init__(self, work: Path, db: PrivateMariaDB, pg: PrivatePostgres) -> None:
+        self.work, self.db, self.pg = work, db, pg
+        self.results = Results()
+        self.settings = ConnectionSettings.from_airflow_conn(db.connection_uri(), "bench")
+        (work / "dags").mkdir(parents=True)
+        (work / "pipelines").mkdir()
+        install_dag_files(work / "dags")
+        self.env = airflow_env(work / "airflow", work / "dags", work / "pipelines",
+                               {"AIRFLOW_CONN_BENCH_SOURCE": db.connection_uri(),
+                                "AIRFLOW_CONN_BENCH_PG": pg.connection_uri()})
+        migrate(self.env)
+
+    # -- helpers -----------------------------------------------------------------------------------
+    def pipeline(self, dag_id: str, tables: list[str], sink: str = "parquet", stream: dict | None = None) -> Path:
+        """A pipeline YAML with the default snapshot settings (what a user gets without tuning)."""
+        sink_yaml = (f"sink:\n  type: parquet\n  path: {self.work / dag_id / 'sink'}\n" if sink == "parquet" else
+                     f"sink:\n  type: jdbc\n  conn_id: bench_pg\n  schema: {dag_id}\n")
+        p = self.work / "pipelines" / f"{dag_id}.yaml"
+        p.write_text(f"dag_id: {dag_id}\nsource:\n  conn_id: bench_source\n  tables: {json.dumps(tables)}\n"
+                     f"{sink_yaml}state:\n  path: {self.work / dag_id / 'state'}\n"
+                     f"stream: {json.dumps(stream or {'mode': 'available_now'})}\n")
+        return p
+
+    def run(self, dag_id: str) -> dict:
+        res = run_dag(self.env, self.work / "dags", dag_id, timeout=7200, log_file=self.work / f"{dag_id}.log")
+        if res["state"] != "success":
+            raise RuntimeError(f"DAG {dag_id} failed; see {self.work / f'{dag_id}.log'}")
+        return res
+
+    @staticmethod
+    def span(result: dict, tasks) -> float:
+        tis = [t for t in result["tis"] if t["task_id"] in tasks and t["start"] and t["end"]]
+        return max(t["end"] for t in tis) - min(t["start"] for t in tis)
+
+    def prepare(self, db: str, rows: int) -> None:
+        t = time.monotonic()
+        self.db.create_database(db)
+        sysbench(self.db, db, "prepare", rows, test="oltp_read_write")
+        with contextlib.closing(self.db.app_connection(db)) as c, c.cursor() as cur:
+            cur.execute("SELECT COUNT(*), SUM(LENGTH(c)) FROM sbtest1")  # warm the buffer pool
+        print(f"  sysbench prepare {db}.sbtest1 ({rows} rows): {time.monotonic() - t:.0f}s", flush=True)
+
+    def offset(self) -> BinlogOffset:
+        with contextlib.closing(self.db.app_connection()) as c:
+            return current_offset(c)
+
+    # -- scenarios ---------------------------------------------------------------------------------
+    def snapshot(self, rows: int, sampler: RssSampler | None = None) -> None:
+        db = f"snap{rows}"
+        print(f"\n== snapshot {rows} rows", flush=True)
+        self.prepare(db, rows)
+        t = time.monotonic()
+        subprocess.run(["mariadb", "--quick", "-h", "127.0.0.1", "-P", str(self.db.port), "-u", self.settings.user,
+                        "-e", f"SELECT * FROM {db}.sbtest1"], env={**os.environ, "MYSQL_PWD": self.settings.password},
+                       stdout=subprocess.DEVNULL, check=True)
+        t_cli = time.monotonic() - t
+        t = time.monotonic()
+        subprocess.run(
+            [spark_submit_binary(), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+             "--jars", ",".join(default_jars()), str(ROOT / "bench" / "plain_jdbc_reload.py"),
+             f"jdbc:mysql://127.0.0.1:{self.db.port}/?permitMysqlScheme", f"{db}.sbtest1", "1", str(rows),
+             str(self.work / f"plain-{rows}")],
+            env=spark_env({"BENCH_USER": self.settings.user, "BENCH_PASSWORD": self.settings.password}),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        t_plain = time.monotonic() - t
+        self.pipeline(db, [f"{db}.sbtest1"])
+        with sampler or contextlib.nullcontext():
+            res = self.run(db)
+        ours = self.span(res, SNAPSHOT_TASKS)
+        tasks = [t for t in res["tis"] if t["task_id"] == "snapshot_chunk"]
+        task_time = sum(t["end"] - t["start"] for t in tasks)
+        reports = [r for k, v in res["xcom"].items() if k.startswith("snapshot_chunk[") for r in v]
+        windows = {(r["low_watermark"]["pos"], r["seconds"]) for r in reports}
+        spark_work = sum(s for _, s in windows)
+        self.results.add(f"snapshot {rows:,} rows vs plain Spark JDBC->Parquet", f"{ours:.1f} s", f"{t_plain:.1f} s",
+                         f"{ours / t_plain:.2f}x time", "<= 1.2x")
+        self.results.add(f"snapshot {rows:,} rows vs mariadb --quick > /dev/null", f"{ours:.1f} s", f"{t_cli:.1f} s",
+                         f"{ours / t_cli:.2f}x time", "(reference)")
+        self.results.add(f"snapshot {rows:,} rows: {len(tasks)} chunk task(s), {len(reports)} chunks; task time "
+                         "over its watermark-window work", f"{task_time:.1f} s", f"{spark_work:.1f} s",
+                         f"+{(task_time / spark_work - 1) * 100:.0f}%", "<= +10%")
+
+    def catchup(self, changes: int, sinks=("parquet", "jdbc"), sampler: RssSampler | None = None) -> None:
+        db = f"cu{changes}"
+        print(f"\n== stream catch-up of {changes} row changes", flush=True)
+        self.prepare(db, 100_000)
+        for sink in sinks:
+            self.pipeline(f"{db}_{sink}", [f"{db}.sbtest1"], sink=sink,
+                          stream={"mode": "available_now", "max_rows_per_batch": 100_000})
+            self.run(f"{db}_{sink}")  # snapshot + an empty stream
+        start = self.offset()
+        t = time.monotonic()
+        events = changes // CHANGES_PER_EVENT
+        sysbench(self.db, db, "run", 100_000, "--threads=2", "--time=0", f"--events={events}")
+        end = self.offset()
+        print(f"  sysbench: {events} transactions in {time.monotonic() - t:.0f}s", flush=True)
+        decoded, t_decode = bare_decode(self.settings, start, end, db)
+        print(f"  bare python-mysql-replication decode: {decoded} rows in {t_decode:.1f}s", flush=True)
+        for sink in sinks:
+            with sampler or contextlib.nullcontext():
+                res = self.run(f"{db}_{sink}")
+            stream = next(t for t in res["tis"] if t["task_id"] == "stream")
+            t_stream = stream["end"] - stream["start"]
+            emitted = res["xcom"]["stream[-1]"]["rows_emitted"]
+            self.results.add(f"catch-up {emitted:,} changes -> {sink} (stream task) vs bare decoder",
+                             f"{emitted / t_stream:,.0f} rows/s", f"{decoded / t_decode:,.0f} rows/s",
+                             f"{(emitted / t_stream) / (decoded / t_decode):.2f}x throughput", ">= 1.5x")
+
+    def latency(self, seconds: int, rate: int = 500) -> None:
+        db = "lat"
+        print(f"\n== continuous latency at {rate} row changes/s for {seconds}s", flush=True)
+        self.prepare(db, 100_000)
+        with contextlib.closing(self.db.app_connection(db)) as c, c.cursor() as cur:
+            cur.execute("CREATE TABLE probe (id INT PRIMARY KEY, committed_at DOUBLE)")
+        config = self.pipeline(db, [f"{db}.sbtest1", f"{db}.probe"],
+                               stream={"mode": "continuous", "trigger_interval": "1 second"})
+        state = StateStore(self.work / db / "state")
+        run = BackgroundDagRun(self.env, self.work / "dags", db, self.work / f"{db}.log")
+        delays: list[float] = []
+        try:
+            deadline = time.monotonic() + 900
+            while (state.read_status() or {}).get("state") != "running":
+                if time.monotonic() > deadline or run.proc.poll() is not None:
+                    raise RuntimeError(f"continuous stream did not start; see {self.work / f'{db}.log'}")
+                time.sleep(1)
+            load = sysbench(self.db, db, "run", 100_000, "--threads=2", f"--rate={rate // CHANGES_PER_EVENT}",
+                            f"--time={seconds}", background=True)
+            delays = probe_latency(self.db, db, self.work / db / "sink", seconds)
+            load.wait(seconds + 60)
+        finally:
+            subprocess.run([CLI, "stop", str(config), "--wait", "120"], env=self.env, capture_output=True)
+            with contextlib.suppress(Exception):
+                run.result(300)
+            run.kill()
+        delays.sort()
+        p50, p99 = delays[len(delays) // 2], delays[min(len(delays) - 1, int(len(delays) * 0.99))]
+        self.results.add(f"continuous, {rate} changes/s: commit-to-sink delay p50 / p99 ({len(delays)} probes)",
+                         f"{p50:.2f} s / {p99:.2f} s", "-", "-", "p99 <= 5 s")
+
+
+def bare_decode(settings: ConnectionSettings, start: BinlogOffset, end: BinlogOffset, schema: str) -> tuple[int, float]:
+    """The baseline: one python-mysql-replication reader decoding the row events of ``[start, end)``."""
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+    t = time.monotonic()
+    stream = BinLogStreamReader(
+        connection_settings={"host": settings.host, "port": settings.port, "user": settings.user,
+                             "passwd": settings.password},
+        server_id=9999, log_file=start.file, log_pos=start.pos, resume_stream=True, blocking=False,
+        only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent], only_schemas=[schema])
+    rows = 0
+    stop = end.sort_key[:2]
+    try:
+        for ev in stream:
+            if BinlogOffset(stream.log_file, ev.packet.log_pos).sort_key[:2] > stop:
+                break
+            rows += len(ev.rows)
+    finally:
+        stream.close()
+    return rows, time.monotonic() - t
+
+
+def probe_latency(db: PrivateMariaDB, schema: str, sink: Path, seconds: int, per_second: int = 10) -> list[float]:
+    """Commit probe rows with their commit time; a poller records when each appears in the parquet sink."""
+    import pyarrow.parquet as pq
+
+    changes = sink / f"{schema}.probe" / "changes"
+    committed: dict[int, float] = {}
+    seen: dict[int, float] = {}
+    done = threading.Event()
+
+    def poll() -> None:
+        read: set[str] = set()
+        while not done.is_set() or len(seen) < len(committed):
+            if done.is_set() and time.monotonic() > stop_at:
+                break
+            for d in (changes.glob("batch=*") if changes.is_dir() else []):
+                if d.name in read:
+                    continue
+                read.add(d.name)
+                now = time.time()
+                for f in d.glob("*.parquet"):
+                    for i in pq.read_table(f, columns=["id"]).column("id").to_pylist():
+                        seen.setdefault(i, now)
+            time.sleep(0.05)
+
+    stop_at = float("inf")
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    with contextlib.closing(db.app_connection(schema)) as c, c.cursor() as cur:
+        for i in range(seconds * per_second):
+            cur.execute("INSERT INTO probe VALUES (%s, 0)", (i,))
+            committed[i] = time.time()
+            time.sleep(1.0 / per_second)
+    stop_at = time.monotonic() + 30
+    done.set()
+    poller.join(60)
+    return [seen[i] - committed[i] for i in committed if i in seen]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", default="1000000,5000000", help="snapshot table sizes, comma separated")
+    ap.add_argument("--changes", type=int, default=200_000, help="row changes of the catch-up scenario")
+    ap.add_argument("--latency-seconds", type=int, default=60)
+    ap.add_argument("--memory-changes", type=int, default=1_000_000, help="row changes of the memory catch-up")
+    ap.add_argument("--only", default="snapshot,catchup,latency,memory")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = ap.parse_args()
+    only = set(args.only.split(","))
+    sizes = [int(x) for x in args.rows.split(",") if x]
+    work = Path(tempfile.mkdtemp(prefix="airflow-cdc-bench-"))
+    print(f"work directory: {work}")
+    t0 = time.monotonic()
+    try:
+        with PrivateMariaDB(base_dir=work / "mariadb", extra_args=["--innodb-buffer-pool-size=2G"]) as db, \
+                PrivatePostgres() as pg:  # its own temp dir: the server runs as user postgres
+            bench = Bench(work, db, pg)
+            memory = RssSampler() if "memory" in only else None
+            if "snapshot" in only or "memory" in only:
+                for rows in sizes:
+                    bench.snapshot(rows, memory if rows == max(sizes) else None)
+                if memory is not None:
+                    bench.results.add(f"memory, snapshot of {max(sizes):,} rows: peak RSS JVM / Python",
+                                      f"{mib(memory.peak_jvm)} / {mib(memory.peak_python)}", "-", "-", "flat in size")
+            if "catchup" in only:
+                bench.catchup(args.changes)
+            if "memory" in only:
+                memory = RssSampler()
+                bench.catchup(args.memory_changes, sinks=("parquet",), sampler=memory)
+                bench.results.add(f"memory, catch-up of {args.memory_changes:,} changes: peak RSS JVM / Python",
+                                  f"{mib(memory.peak_jvm)} / {mib(memory.peak_python)}", "-", "-", "flat in changes")
+            if "latency" in only:
+                bench.latency(args.latency_seconds)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"\nmake bench: {time.monotonic() - t0:.0f}s on {os.cpu_count()} cores, Spark local[2], "
+          "ours and baselines measured in this run\n")
+    print(bench.results.table())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
