@@ -110,8 +110,15 @@ def test_cluster_deploy_mode_stream_survives_its_driver_being_killed(airflow_hom
         changes = ParquetLayout(f"file://{tmp_path / 'shared' / 'sink'}").table_dir(source_db.table("orders")) / "changes"
         rows = spark.read.parquet(str(changes)).select("_cdc_file_seq", "_cdc_pos", "_cdc_row").collect()
         keys = [tuple(r) for r in rows]
-        # Known gap (issue 7 note): a stop request reaches a cluster-mode driver's loop only after minutes, so
-        # the run is not ended through `airflow-cdc stop` here; the driver is killed over REST below.
+        # a graceful stop of the relaunched driver ends the DAG run
+        stop = subprocess.run([CLI, "stop", str(config), "--wait", "120"], env=env, capture_output=True, text=True)
+        assert stop.returncode == 0, stop.stdout + stop.stderr
+        result = run.result(300)
+        assert result["state"] == "success", result
+        assert [t["try_number"] for t in result["tis"] if t["task_id"] == "stream"] == [2]
+        assert result["xcom"]["stream[-1]"]["state"] == "stopped"
+        wait_until(lambda: rest.driver_state(relaunch["driver_id"]) == "FINISHED", "the driver to finish", 60)
+        assert state.read_json(state.LAUNCH) is None
     finally:
         run.kill()
         for rec in (state.read_json(state.LAUNCH) or {}, relaunch):
