@@ -194,6 +194,7 @@ class Bench:
                          f"+{(task_time / spark_work - 1) * 100:.0f}%", "<= +10%")
 
     def catchup(self, changes: int, sinks=("parquet", "jdbc"), sampler: RssSampler | None = None) -> None:
+        """``sampler`` (if any) watches the last sink's catch-up."""
         db = f"cu{changes}"
         print(f"\n== stream catch-up of {changes} row changes", flush=True)
         self.prepare(db, 100_000)
@@ -210,7 +211,7 @@ class Bench:
         decoded, t_decode = bare_decode(self.settings, start, end, db)
         print(f"  bare python-mysql-replication decode: {decoded} rows in {t_decode:.1f}s", flush=True)
         for sink in sinks:
-            with sampler or contextlib.nullcontext():
+            with (sampler if sink == sinks[-1] and sampler else contextlib.nullcontext()):
                 res = self.run(f"{db}_{sink}")
             stream = next(t for t in res["tis"] if t["task_id"] == "stream")
             t_stream = stream["end"] - stream["start"]
@@ -330,20 +331,24 @@ def main() -> int:
         with PrivateMariaDB(base_dir=work / "mariadb", extra_args=["--innodb-buffer-pool-size=2G"]) as db, \
                 PrivatePostgres() as pg:  # its own temp dir: the server runs as user postgres
             bench = Bench(work, db, pg)
-            memory = RssSampler() if "memory" in only else None
-            if "snapshot" in only or "memory" in only:
+            memory = "memory" in only
+            if "snapshot" in only or memory:
                 for rows in sizes:
-                    bench.snapshot(rows, memory if rows == max(sizes) else None)
-                if memory is not None:
-                    bench.results.add(f"memory, snapshot of {max(sizes):,} rows: peak RSS JVM / Python",
-                                      f"{mib(memory.peak_jvm)} / {mib(memory.peak_python)}", "-", "-", "flat in size")
-            if "catchup" in only:
-                bench.catchup(args.changes)
-            if "memory" in only:
-                memory = RssSampler()
-                bench.catchup(args.memory_changes, sinks=("parquet",), sampler=memory)
-                bench.results.add(f"memory, catch-up of {args.memory_changes:,} changes: peak RSS JVM / Python",
-                                  f"{mib(memory.peak_jvm)} / {mib(memory.peak_python)}", "-", "-", "flat in changes")
+                    sampler = RssSampler() if memory else None
+                    bench.snapshot(rows, sampler)
+                    if sampler is not None:
+                        bench.results.add(f"memory, snapshot of {rows:,} rows: peak RSS JVM / Python",
+                                          f"{mib(sampler.peak_jvm)} / {mib(sampler.peak_python)}", "-", "-",
+                                          "flat in size")
+            for changes, wanted in ((args.changes, "catchup" in only), (args.memory_changes, memory)):
+                if not wanted:
+                    continue
+                sampler = RssSampler() if memory else None
+                bench.catchup(changes, sinks=("parquet", "jdbc") if "catchup" in only else ("parquet",), sampler=sampler)
+                if sampler is not None:
+                    bench.results.add(f"memory, catch-up of {changes:,} changes: peak RSS JVM / Python",
+                                      f"{mib(sampler.peak_jvm)} / {mib(sampler.peak_python)}", "-", "-",
+                                      "flat in changes")
             if "latency" in only:
                 bench.latency(args.latency_seconds)
     finally:
