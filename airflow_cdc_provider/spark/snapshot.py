@@ -9,15 +9,17 @@ LW/HW), sink directory or tag, and emit-filter entry.
 1. ``LW`` = binlog position now;
 2. SELECT the window's rows with Spark JDBC (integer keys: ``partitions`` even key sub-ranges over the whole
    window, each row tagged with its chunk by a comparison tree on the chunk bounds; other keys: one read per
-   chunk) and persist them (Spark is lazy: the read must happen *between* the watermarks, so it is forced
-   with a count);
+   chunk). Spark is lazy and the read must happen *between* the watermarks, so it is forced: the parquet
+   sink writes the rows straight to staging (each row is written once), the jdbc sink persists and counts
+   them (its versioned upserts need the HW);
 3. ``HW`` = binlog position now;
 4. if ``HW > LW``: read the binlog window ``[LW, HW)`` of this table on the driver, keep the changes of keys
    inside the window's chunks, and fold them in Spark: keyed anti-join removes every changed key from the
    SELECTed rows, a union adds back the last image of each key that is not deleted. Chunk rows never reach
    the driver; only the window's changed keys do;
-5. write the rows with version ``HW`` to the sink (idempotent per chunk), then one report per chunk to the
-   state store.
+5. give the rows version ``HW`` in the sink (parquet: publish the staged window under its version, rewritten
+   only if the binlog window changed it; jdbc: versioned upserts), then one report per chunk to the state
+   store.
 
 A ``.started`` marker in the state store tells a retry that an earlier attempt may have written part of
 a chunk; the JDBC sink then removes rows that attempt wrote and this one did not (deleted meanwhile).
