@@ -62,18 +62,23 @@ class ParquetLayout:
     def window_dir(self, table: str, epoch: int, first: int, last: int) -> Path:
         return self.epoch_dir(table, epoch) / f"chunks={first}-{last}"
 
-    def publish_window(self, staging: Path, table: str, epoch: int, first: int, last: int) -> None:
-        """Make ``staging`` the directory of chunks ``first..last``, after removing any directory an earlier
-        attempt wrote for an overlapping range (a retry may group the chunks differently)."""
+    def publish_window(self, staging: Path, table: str, epoch: int, first: int, last: int) -> list[int]:
+        """Make ``staging`` the directory of chunks ``first..last``, after removing every directory an earlier
+        attempt wrote for an overlapping range. Returns the chunks *outside* ``first..last`` whose rows went
+        with such a directory (an attempt that grouped the chunks differently, e.g. after an upgrade): the
+        caller must drop their reports so they are read again, never silently missing."""
         final = self.window_dir(table, epoch, first, last)
+        lost: list[int] = []
         if final.parent.is_dir():
             for d in final.parent.iterdir():
                 rng = _chunk_range(d.name)
                 if d != final and rng is not None and rng[0] <= last and first <= rng[1]:
+                    lost += [i for i in range(rng[0], rng[1] + 1) if not first <= i <= last]
                     trash = d.with_name(f"_old-{uuid.uuid4().hex}")
                     os.replace(d, trash)
                     shutil.rmtree(trash, ignore_errors=True)
         self.publish(staging, final)
+        return lost
 
     @staticmethod
     def version_path(version: tuple[int, int, int]) -> str:

@@ -105,10 +105,11 @@ class SparkParquetSink:
         return df.select(*[col(f.name) for f in schema.fields[:-3]], F.col("_cdc_chunk").alias(CHUNK_COLUMN))
 
     def publish_window(self, staging: Path, types: TableSinkTypes, epoch: int, indexes: list[int],
-                       version: tuple[int, int, int], folded, mid_write: Hook) -> None:
+                       version: tuple[int, int, int], folded, mid_write: Hook) -> list[int]:
         """Rewrite the window from ``folded`` (data columns and ``CHUNK_COLUMN``) if its binlog window changed
         it, then rename it into ``chunks=<first>-<last>/<version path>``, replacing every directory an earlier
-        attempt wrote for any of these chunks."""
+        attempt wrote for any of these chunks. Returns the other chunks whose rows such a directory held
+        (``ParquetLayout.publish_window``)."""
         import shutil
 
         table = str(types.schema.table)
@@ -121,10 +122,11 @@ class SparkParquetSink:
         target = wrapper / self.layout.version_path(version)
         target.parent.mkdir(parents=True)
         os.replace(rewritten or staging, target)
-        self.layout.publish_window(wrapper, table, epoch, min(indexes), max(indexes))
+        lost = self.layout.publish_window(wrapper, table, epoch, min(indexes), max(indexes))
         for d in (staging, rewritten):
             if d is not None:
                 shutil.rmtree(d, ignore_errors=True)
+        return lost
 
     def write_changes(self, df, types: TableSinkTypes, batch_id: int, mid_write: Hook) -> None:
         table = str(types.schema.table)

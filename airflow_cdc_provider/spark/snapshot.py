@@ -238,7 +238,12 @@ class SnapshotJob:
                 folded = fold_window(self.spark, self.sink.read_staged(staged, types), types, last)
                 folded = folded.persist(StorageLevel.MEMORY_AND_DISK)
                 counts = chunk_counts(folded)
-            self.sink.publish_window(staged, types, epoch, [c.index for c in chunks], high.sort_key, folded, mid_write)
+            lost = self.sink.publish_window(staged, types, epoch, [c.index for c in chunks], high.sort_key, folded,
+                                            mid_write)
+            for index in lost:  # their rows went with an earlier attempt's differently grouped directory
+                log.warning("%s:%d: its rows were replaced by an overlapping window; its report is dropped so "
+                            "the snapshot cannot finish until it is read again", table, index)
+                self.store.clear_chunk_report(table, epoch, index)
             if folded is not None:
                 folded.unpersist()
         else:
