@@ -158,3 +158,29 @@ def test_chunk_retried_after_kill_mid_write_leaves_one_copy(source_db, tmp_path,
             cur.execute(f'SELECT count(*), count(*) FILTER (WHERE NOT _cdc_deleted) FROM "s_{source_db.name}"."{source_db.name}__orders"')
             assert cur.fetchone() == (n, n - 1)  # n // 2 is a tombstone
     scenario.update(rows=n, changes=2, faults=1)
+
+
+def test_empty_table_and_a_string_key_window_then_stream(source_db, tmp_path, spark):
+    """An empty table (a window with no rows) and a string-keyed table whose 5 chunks are read in one window
+    (one JDBC read per chunk, unioned), then streamed changes: the sink equals the source."""
+    source_db.execute("CREATE TABLE empty_t (id INT PRIMARY KEY, v INT)")
+    source_db.execute("CREATE TABLE words (w VARCHAR(20) PRIMARY KEY, n INT)")
+    source_db.executemany("INSERT INTO words VALUES (%s, %s)", [(f"w{i:04d}", i) for i in range(500)])
+    p = Pipeline(source_db, tmp_path, parquet_sink(tmp_path), ["empty_t", "words"], chunk_size=100)
+    chunks = p.plan()
+    words = [c for c in chunks if c["table"] == source_db.table("words")]
+    assert len(words) == 5
+    for table in (source_db.table("empty_t"), source_db.table("words")):
+        p.snapshot([c for c in chunks if c["table"] == table])
+    p.collect()
+    epoch_dir = ParquetLayout(p.sink.path).epoch_dir(source_db.table("words"), words[0]["epoch"])
+    assert [d.name for d in epoch_dir.iterdir()] == ["chunks=0-4"]  # one watermark window, one directory
+    reports = p.state.finished_snapshot(source_db.table("words"))["chunks"]
+    assert sorted(r["rows"] for r in reports) == [100] * 5 and len({r["high_watermark"]["pos"] for r in reports}) == 1
+
+    source_db.execute("INSERT INTO empty_t VALUES (1, 1), (2, 2)")
+    source_db.execute("UPDATE words SET n = -n WHERE w < 'w0050'")
+    source_db.execute("DELETE FROM words WHERE w >= 'w0490'")
+    p.stream()
+    for t in ("empty_t", "words"):
+        assert sink_rows(spark, p.sink, p.secrets, table_types(source_db, t)) == source_rows(source_db, t)
