@@ -14,7 +14,7 @@ path as Hive-style partition values: ``spark.read.parquet(".../snapshot/epoch=<E
 columns; ``_cdc_chunk`` in the files is the row's chunk index. This lets the snapshot job write each row
 once, inside its watermark window, before the HW is known.
 
-Each chunk and each batch directory is written to ``_staging/`` first and renamed into place, so a retry
+Each window and each batch directory is written to ``_staging/`` first and renamed into place, so a retry
 replaces it and a killed writer leaves nothing half-visible (names starting with ``_`` are hidden from
 Spark's file listing).
 
@@ -42,6 +42,13 @@ def _chunk_range(name: str) -> tuple[int, int] | None:
         return None
     first, _, last = name[len("chunks="):].partition("-")
     return int(first), int(last)
+
+
+def _discard(d: Path) -> None:
+    """Take ``d`` out of readers' sight with one rename (``_``-names are hidden), then delete it."""
+    trash = d.with_name(f"_old-{uuid.uuid4().hex}")
+    os.replace(d, trash)
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 class ParquetLayout:
@@ -74,9 +81,7 @@ class ParquetLayout:
                 rng = _chunk_range(d.name)
                 if d != final and rng is not None and rng[0] <= last and first <= rng[1]:
                     lost += [i for i in range(rng[0], rng[1] + 1) if not first <= i <= last]
-                    trash = d.with_name(f"_old-{uuid.uuid4().hex}")
-                    os.replace(d, trash)
-                    shutil.rmtree(trash, ignore_errors=True)
+                    _discard(d)
         self.publish(staging, final)
         return lost
 
@@ -97,9 +102,7 @@ class ParquetLayout:
         """Replace ``final`` with ``staging``: remove the old copy, then one atomic rename."""
         final.parent.mkdir(parents=True, exist_ok=True)
         if final.exists():
-            trash = final.with_name(f"_old-{uuid.uuid4().hex}")
-            os.replace(final, trash)
-            shutil.rmtree(trash, ignore_errors=True)
+            _discard(final)
         os.replace(staging, final)
 
     def write_schema(self, table: str, schema_json: str) -> None:

@@ -1,10 +1,11 @@
 """Spark writers of the two sinks, behind one small interface.
 
-``prepare`` (once per table and job), ``write_chunks`` (the chunks of one snapshot window, rows tagged with
-their chunk index in ``CHUNK_COLUMN``; idempotent per chunk: a retry replaces it),
-``write_changes`` (one stream micro-batch, idempotent per batch id) and ``current_state`` (the table as the
-sink holds it now, for ``verify`` and ``materialize``). Rows given to the writers already carry the metadata
-columns (``with_meta``).
+``prepare`` (once per table and job), the snapshot window write, ``write_changes`` (one stream micro-batch,
+idempotent per batch id) and ``current_state`` (the table as the sink holds it now, for ``verify`` and
+``materialize``). Window rows are tagged with their chunk index in ``CHUNK_COLUMN``. A snapshot window is
+written one of two ways, named by ``stages_in_window``: parquet stages the rows inside the window and
+publishes them once the HW is known (``stage_window`` / ``publish_window``); jdbc gets the rows after the
+HW with their metadata columns (``write_chunks``, idempotent per chunk).
 """
 
 from __future__ import annotations

@@ -250,8 +250,7 @@ class SnapshotJob:
             result = fold_window(self.spark, rows_df, types, last)
             if touched:
                 result = result.persist(StorageLevel.MEMORY_AND_DISK)
-                counts.update({i: 0 for i in touched})
-                counts.update(chunk_counts(result))
+                counts = chunk_counts(result)
             self.sink.write_chunks(with_meta(result, "r", 0, high.sort_key), types, epoch, [c.index for c in chunks],
                                    low.sort_key, retried, mid_write)
             result.unpersist()
