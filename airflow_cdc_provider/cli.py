@@ -55,12 +55,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _fail([str(exc)])
     where = f"{args.config}: source"
-    try:
-        from .pipeline import check_writable, resolve_pipeline
+    from .pipeline import check_writable, resolve_pipeline
 
+    try:
         problems = check_writable(resolve_pipeline(cfg))
-        if problems:
-            return _fail(problems)
+    except ConfigError as exc:  # names its file and key already (sink.conn_id, state.path, ...)
+        return _fail([str(exc)])
+    except (ConnectionConfigError, SourceError, ValueError) as exc:
+        return _fail([f"{where}: {exc}"])
+    if problems:
+        return _fail(problems)
+    try:
         settings = resolve_mysql(cfg.source.conn_id)
         plan = plan_chunks(
             settings,

@@ -20,6 +20,7 @@ import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from .mysql.settings import ConnectionSettings
 
@@ -73,10 +74,17 @@ class JobSpec:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> "JobSpec":
-        p = Path(path)
-        if not p.exists() and Path(p.name).exists():  # cluster mode: shipped with --files
-            p = Path(p.name)
-        return cls.from_json(p.read_text(encoding="utf-8"), where=str(path))
+        """Read the spec from a local path or a state-store URI; in YARN / K8s cluster mode a local path of
+        the Airflow worker is not here, but the file was shipped with ``--files`` under its base name."""
+        from .storage import read_text
+
+        where = str(path)
+        text = read_text(where)
+        if text is None and not urlsplit(where).scheme:
+            text = read_text(Path(where).name)
+        if text is None:
+            raise JobSpecError(f"job spec {where} not found (is the state store reachable from the Spark driver?)")
+        return cls.from_json(text, where=where)
 
     def write(self, path: str | os.PathLike[str]) -> Path:
         p = Path(path)

@@ -71,7 +71,13 @@ def sink_config(cfg: PipelineConfig) -> tuple[SinkConfig, str | None]:
 
 def resolve_state(cfg: PipelineConfig) -> StateStore:
     """The pipeline's state store (no connection needed)."""
-    return StateStore(cfg.section("state").get("path") or str(data_home() / cfg.dag_id / "state"))
+    from .config import ConfigError
+    from .storage import StorageError
+
+    try:
+        return StateStore(cfg.section("state").get("path") or str(data_home() / cfg.dag_id / "state"))
+    except StorageError as exc:
+        raise ConfigError(f"{cfg.path or cfg.dag_id}: {exc}") from None
 
 
 def resolve_pipeline(cfg: PipelineConfig) -> Pipeline:
@@ -87,17 +93,18 @@ def resolve_pipeline(cfg: PipelineConfig) -> Pipeline:
 
 def check_writable(p: Pipeline) -> list[str]:
     """Problems with the state store and the parquet sink path, each naming the YAML key and what to do."""
-    from .state import StateStoreError, ensure_writable_dir, local_path
+    from .sinks.parquet import ParquetLayout
+    from .storage import StorageError
 
     where = p.config.path or p.dag_id
     problems = []
     try:
         p.state.ensure_writable()
-    except StateStoreError as exc:
+    except StorageError as exc:
         problems.append(f"{where}: {exc}")
     if p.sink.type == "parquet":
         try:
-            ensure_writable_dir(local_path(p.sink.path), f"sink path {p.sink.path!r}", "sink.path")
-        except StateStoreError as exc:
+            ParquetLayout(p.sink.path).storage.ensure_writable("sink path")
+        except StorageError as exc:
             problems.append(f"{where}: {exc}")
     return problems

@@ -14,47 +14,21 @@ An *epoch* is one snapshot of one table (the first, or a re-snapshot): its chunk
 other epochs', so a re-snapshot never mixes chunks of two plans. Writes are atomic (temporary file +
 rename), so a reader never sees half a report, and a killed job leaves no partial state.
 
-Local paths and ``file://`` URIs are handled here with the standard library.
+The root is a local path or any URI fsspec opens (``storage.Storage``): the Airflow side and the Spark jobs
+both read it directly, so they need no shared disk when the URI is one the cluster reaches too.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator
-from urllib.parse import urlsplit
+from typing import Any
 
-
-class StateStoreError(RuntimeError):
-    pass
-
-
-def ensure_writable_dir(root: Path, what: str, key: str) -> None:
-    """Create ``root`` if needed and prove a file can be written there; else a StateStoreError naming ``key``."""
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        probe = root / f".probe-{os.getpid()}"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as exc:
-        raise StateStoreError(
-            f"{what} is not writable ({exc.strerror or exc}); set {key} to a directory the Airflow workers "
-            "and Spark driver can write"
-        ) from None
-
-
-def local_path(uri: str) -> Path:
-    """``/x``, ``x`` or ``file:///x`` -> a local Path; other schemes are refused with a clear message."""
-    parts = urlsplit(str(uri))
-    if parts.scheme in ("", "file"):
-        return Path(parts.path if parts.scheme else str(uri)).expanduser().absolute()
-    raise StateStoreError(
-        f"state path {uri!r}: scheme {parts.scheme!r} is not supported here; use a local path or file:// URI "
-        "reachable by the Airflow workers and the Spark driver"
-    )
+from .storage import Storage
 
 
 def table_dir_name(table: str) -> str:
@@ -66,44 +40,53 @@ def table_dir_name(table: str) -> str:
 class StateStore:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.uri = str(root)
-        self.root = local_path(self.uri)
+        self.storage = Storage(self.uri, key="state.path")
 
     # -- files -------------------------------------------------------------------------------------
-    def path(self, *parts: str) -> Path:
-        return self.root.joinpath(*parts)
+    def location(self, *parts: str) -> str:
+        """A state file or directory as a job (Spark) names it: the URI, or the local path."""
+        return self.storage.location("/".join(parts))
 
     def ensure_writable(self) -> None:
-        ensure_writable_dir(self.root, f"state path {self.uri!r}", "state.path")
+        self.storage.ensure_writable("state path")
 
-    def write_json(self, rel: str, data: Any, mode: int = 0o644) -> Path:
-        target = self.path(rel)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=target.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(data, f, indent=1, sort_keys=True, default=str)
-            os.chmod(tmp, mode)
-            os.replace(tmp, target)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        return target
+    def local_dir(self, *parts: str) -> Path:
+        """A directory on this machine for what stays with the Airflow worker (a detached job's log, the
+        package archive it builds): inside the state root when that is on this machine, else under the temp
+        directory, one per state URI."""
+        if self.storage.is_local:
+            base = Path(self.storage.root)
+        else:
+            base = Path(tempfile.gettempdir()) / "airflow-cdc" / hashlib.sha1(self.uri.encode()).hexdigest()[:12]
+        d = base.joinpath(*parts)
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def write_spec(self, name: str, spec_json: str) -> str:
+        """Store a job spec (it holds no secrets) where the job reads it; returns its location for ``--spec``."""
+        rel = f"specs/{name}"
+        self.storage.write_text(rel, spec_json)
+        return self.storage.location(rel)
+
+    def upload(self, local_file: Path, rel: str) -> str:
+        """Copy a local file into the store once (``rel`` names content, e.g. by hash); returns its location."""
+        if not self.storage.exists(rel):
+            self.storage.upload(local_file, rel)
+        return self.storage.location(rel)
+
+    def write_json(self, rel: str, data: Any) -> str:
+        self.storage.write_text(rel, json.dumps(data, indent=1, sort_keys=True, default=str))
+        return self.storage.location(rel)
 
     def read_json(self, rel: str, default: Any = None) -> Any:
-        try:
-            return json.loads(self.path(rel).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return default
+        text = self.storage.read_text(rel)
+        return default if text is None else json.loads(text)
 
     def delete(self, rel: str) -> None:
-        try:
-            self.path(rel).unlink()
-        except FileNotFoundError:
-            pass
+        self.storage.delete(rel)
 
     def exists(self, rel: str) -> bool:
-        return self.path(rel).exists()
+        return self.storage.exists(rel)
 
     # -- snapshots ---------------------------------------------------------------------------------
     @staticmethod
@@ -127,12 +110,10 @@ class StateStore:
 
     def finished_tables(self) -> dict[str, dict[str, Any]]:
         out = {}
-        base = self.path("tables")
-        if base.is_dir():
-            for d in sorted(base.iterdir()):
-                snap = self.read_json(f"tables/{d.name}/snapshot.json")
-                if snap:
-                    out[snap["table"]] = snap
+        for name in self.storage.listdir("tables"):
+            snap = self.read_json(f"tables/{name}/snapshot.json")
+            if snap:
+                out[snap["table"]] = snap
         return out
 
     # -- stream ------------------------------------------------------------------------------------
@@ -143,7 +124,7 @@ class StateStore:
 
     @property
     def checkpoint_location(self) -> str:
-        return str(self.path("stream", "checkpoint"))
+        return self.location("stream", "checkpoint")
 
     def write_seed(self, seed: dict[str, Any]) -> None:
         self.write_json(self.SEED, seed)
@@ -165,7 +146,3 @@ class StateStore:
 
     def clear_stop(self) -> None:
         self.delete(self.STOP)
-
-    def iter_specs(self) -> Iterator[Path]:
-        d = self.path("specs")
-        return iter(sorted(d.glob("*.json"))) if d.is_dir() else iter(())

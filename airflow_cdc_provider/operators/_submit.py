@@ -75,20 +75,22 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
         conn = self._get_hook()._connection
         return SparkTarget(conn["master"], conn.get("deploy_mode") or "client", conn.get("rest_endpoint"))
 
-    def configure_job(self, pipeline, spec_path: Path) -> SparkTarget:
+    def configure_job(self, pipeline, spec_path: str) -> SparkTarget:
         """Point this operator at ``job`` with ``spec_path`` for the resolved target; call ``release_secrets``
         once the job has read them."""
         target = self.spark_target()
         self._hook = None  # execute() builds a new hook from the settings below
         if target.cluster_mode and target.standalone:
-            archive = package_archive(pipeline.state.path("dist"))
-            self.application = archive.as_uri()
+            archive = package_archive(pipeline.state.local_dir("dist"))
+            # the driver starts on some worker: it fetches the application from the state store
+            self.application = (archive.as_uri() if pipeline.state.storage.is_local
+                                else pipeline.state.upload(archive, f"dist/{archive.name}"))
             self._java_class = PYTHON_RUNNER
             conf = dict(self.conf or {})
             key = "spark.driver.extraJavaOptions"
             conf[key] = f"{conf[key]} {DRIVER_JAVA_OPTIONS}" if conf.get(key) else DRIVER_JAVA_OPTIONS
             self.conf = conf
-            self.application_args = [archive.name, "", self.job, "--spec", str(spec_path)]
+            self.application_args = [archive.name, "", self.job, "--spec", spec_path]
             env = dict(self.env_vars or {})
             if not target.master.startswith(("spark://127.0.0.1:", "spark://localhost:")):
                 env.pop("SPARK_LOCAL_IP", None)  # the embedded default, wrong for a driver on another host
@@ -97,13 +99,13 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
             return target
         self._secrets_file = private_secrets_file(pipeline.secrets)
         self.application = application_path(self.job)
-        self.application_args = ["--spec", str(spec_path)]
+        self.application_args = ["--spec", spec_path]
         secrets_ref = str(self._secrets_file)
         if not target.local:
-            archive = str(package_archive(pipeline.state.path("dist")))
+            archive = str(package_archive(pipeline.state.local_dir("dist")))
             self.py_files = ",".join(f for f in (self.py_files, archive) if f)
             if target.cluster_mode:  # YARN / K8s: the file is shipped and found by its base name
-                self.files = ",".join(f for f in (self.files, secrets_ref) if f)
+                self.files = ",".join(f for f in (self.files, secrets_ref, spec_path) if f)
                 secrets_ref = self._secrets_file.name
         self.env_vars = {**(self.env_vars or {}), SECRETS_FILE_ENV: secrets_ref}
         return target

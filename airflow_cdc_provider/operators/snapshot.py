@@ -46,7 +46,8 @@ class SnapshotChunkOperator(CdcSparkSubmitOperator):
         ti = context["ti"]
         spec = p.job_spec(server_id=server_id_for(p, max(ti.map_index, 0)), tables={table: {"chunk_key": p.config.source.chunk_key.get(table)}},
                           chunks=chunks)
-        spec_path = spec.write(p.state.path("specs", f"{ti.dag_id}__{ti.run_id}__{ti.map_index}__{ti.try_number}.json".replace(":", "_").replace("+", "_")))
+        name = f"{ti.dag_id}__{ti.run_id}__{ti.map_index}__{ti.try_number}.json".replace(":", "_").replace("+", "_")
+        spec_path = p.state.write_spec(name, spec.to_json())
         for c in chunks:  # a report from an earlier attempt must not be mistaken for this one's
             p.state.clear_chunk_report(table, int(c["epoch"]), int(c["index"]))
         self.configure_job(p, spec_path)

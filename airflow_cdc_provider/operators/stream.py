@@ -77,7 +77,7 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
         # predecessor's last heartbeat must never pass for the new job's, whatever the clocks say)
         self._launch_id = uuid.uuid4().hex
         spec.stream = {**spec.stream, "launch_id": self._launch_id}
-        spec_path = spec.write(p.state.path("specs", "binlog_stream.json"))
+        spec_path = p.state.write_spec("binlog_stream.json", spec.to_json())
         target = self.configure_job(p, spec_path)
         p.state.clear_stop()
         if (p.stream.get("mode") or "available_now") == "available_now":
@@ -105,8 +105,7 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
             return {**ids, "driver_id": hook._driver_id, "rest_url": target.rest_url, "started_at": started,
                     "log": f"the driver's stderr on its worker (Spark master UI, driver {hook._driver_id})"}
         cmd = self._get_hook()._build_spark_submit_command(self.application)
-        log_path = p.state.path("stream", "job.log")
-        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path = p.state.local_dir("stream") / "job.log"
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(cmd, env={**os.environ, **(self.env_vars or {})}, stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True)

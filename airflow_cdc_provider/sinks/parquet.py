@@ -16,7 +16,8 @@ once, inside its watermark window, before the HW is known.
 
 Each window and each batch directory is written to ``_staging/`` first and renamed into place, so a retry
 replaces it and a killed writer leaves nothing half-visible (names starting with ``_`` are hidden from
-Spark's file listing).
+Spark's file listing). ``path`` is a local path or any URI ``storage.Storage`` opens; on an object store a
+directory rename is a copy, so there a reader may see a window or batch while it is being published.
 
 Current state of a table (``materialize``): rows of the current snapshot epoch plus the changes newer than
 that epoch's smallest low watermark; per key the highest version wins; keys whose winner is a delete are
@@ -27,13 +28,11 @@ the stream filtered as already contained in it), so they are left out.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import uuid
-from pathlib import Path
 from typing import Any
 
-from ..state import local_path, table_dir_name
+from ..state import table_dir_name
+from ..storage import Storage
 
 
 def _chunk_range(name: str) -> tuple[int, int] | None:
@@ -44,44 +43,43 @@ def _chunk_range(name: str) -> tuple[int, int] | None:
     return int(first), int(last)
 
 
-def _discard(d: Path) -> None:
-    """Take ``d`` out of readers' sight with one rename (``_``-names are hidden), then delete it."""
-    trash = d.with_name(f"_old-{uuid.uuid4().hex}")
-    os.replace(d, trash)
-    shutil.rmtree(trash, ignore_errors=True)
-
-
 class ParquetLayout:
+    """Names of the sink's directories, relative to ``path`` (``location`` gives what Spark reads and writes),
+    and the renames that publish them."""
+
     def __init__(self, path: str | None) -> None:
         if not path:
             from . import SinkError
 
             raise SinkError("sink.path is required for the parquet sink")
         self.uri = path
-        self.root = local_path(path)
+        self.storage = Storage(path, key="sink.path")
 
-    def table_dir(self, table: str) -> Path:
-        return self.root / table_dir_name(table)
+    def location(self, rel: str) -> str:
+        return self.storage.location(rel)
 
-    def epoch_dir(self, table: str, epoch: int) -> Path:
-        return self.table_dir(table) / "snapshot" / f"epoch={epoch}"
+    def table_dir(self, table: str) -> str:
+        return table_dir_name(table)
 
-    def window_dir(self, table: str, epoch: int, first: int, last: int) -> Path:
-        return self.epoch_dir(table, epoch) / f"chunks={first}-{last}"
+    def epoch_dir(self, table: str, epoch: int) -> str:
+        return f"{self.table_dir(table)}/snapshot/epoch={epoch}"
 
-    def publish_window(self, staging: Path, table: str, epoch: int, first: int, last: int) -> list[int]:
+    def window_dir(self, table: str, epoch: int, first: int, last: int) -> str:
+        return f"{self.epoch_dir(table, epoch)}/chunks={first}-{last}"
+
+    def publish_window(self, staging: str, table: str, epoch: int, first: int, last: int) -> list[int]:
         """Make ``staging`` the directory of chunks ``first..last``, after removing every directory an earlier
         attempt wrote for an overlapping range. Returns the chunks *outside* ``first..last`` whose rows went
         with such a directory (an attempt that grouped the chunks differently, e.g. after an upgrade): the
         caller must drop their reports so they are read again, never silently missing."""
         final = self.window_dir(table, epoch, first, last)
+        parent, name = final.rsplit("/", 1)
         lost: list[int] = []
-        if final.parent.is_dir():
-            for d in final.parent.iterdir():
-                rng = _chunk_range(d.name)
-                if d != final and rng is not None and rng[0] <= last and first <= rng[1]:
-                    lost += [i for i in range(rng[0], rng[1] + 1) if not first <= i <= last]
-                    _discard(d)
+        for other in self.storage.listdir(parent):
+            rng = _chunk_range(other)
+            if other != name and rng is not None and rng[0] <= last and first <= rng[1]:
+                lost += [i for i in range(rng[0], rng[1] + 1) if not first <= i <= last]
+                self._discard(f"{parent}/{other}")
         self.publish(staging, final)
         return lost
 
@@ -91,51 +89,40 @@ class ParquetLayout:
         seq, pos, row = version
         return f"_cdc_file_seq={seq}/_cdc_pos={pos}/_cdc_row={row}"
 
-    def batch_dir(self, table: str, batch_id: int) -> Path:
-        return self.table_dir(table) / "changes" / f"batch={batch_id}"
+    def changes_dir(self, table: str) -> str:
+        return f"{self.table_dir(table)}/changes"
 
-    def staging_dir(self, table: str) -> Path:
-        return self.table_dir(table) / "_staging" / uuid.uuid4().hex
+    def batch_dir(self, table: str, batch_id: int) -> str:
+        return f"{self.changes_dir(table)}/batch={batch_id}"
 
-    @staticmethod
-    def publish(staging: Path, final: Path) -> None:
-        """Replace ``final`` with ``staging``: remove the old copy, then one atomic rename."""
-        final.parent.mkdir(parents=True, exist_ok=True)
-        if final.exists():
-            _discard(final)
-        os.replace(staging, final)
+    def staging_dir(self, table: str) -> str:
+        return f"{self.table_dir(table)}/_staging/{uuid.uuid4().hex}"
+
+    def publish(self, staging: str, final: str) -> None:
+        """Replace ``final`` with ``staging``: remove the old copy, then one rename."""
+        if self.storage.exists(final):
+            self._discard(final)
+        self.storage.rename(staging, final)
+
+    def _discard(self, rel: str) -> None:
+        """Take ``rel`` out of readers' sight with one rename (``_``-names are hidden), then delete it."""
+        trash = f"{rel.rsplit('/', 1)[0]}/_old-{uuid.uuid4().hex}"
+        self.storage.rename(rel, trash)
+        self.storage.rmtree(trash)
 
     def write_schema(self, table: str, schema_json: str) -> None:
-        d = self.table_dir(table)
-        d.mkdir(parents=True, exist_ok=True)
-        tmp = d / f"._schema.{uuid.uuid4().hex}"
-        tmp.write_text(schema_json, encoding="utf-8")
-        os.replace(tmp, d / "_schema.json")
-
-    def read_schema(self, table: str) -> str | None:
-        p = self.table_dir(table) / "_schema.json"
-        return p.read_text(encoding="utf-8") if p.exists() else None
+        self.storage.write_text(f"{self.table_dir(table)}/_schema.json", schema_json)
 
     def write_current(self, table: str, epoch: int, min_low_watermark: tuple) -> None:
-        d = self.table_dir(table) / "snapshot"
-        d.mkdir(parents=True, exist_ok=True)
-        tmp = d / f"._current.{uuid.uuid4().hex}"
-        tmp.write_text(json.dumps({"epoch": epoch, "min_low_watermark": list(min_low_watermark)}), encoding="utf-8")
-        os.replace(tmp, d / "_current.json")
+        self.storage.write_text(f"{self.table_dir(table)}/snapshot/_current.json",
+                                json.dumps({"epoch": epoch, "min_low_watermark": list(min_low_watermark)}))
 
     def read_current(self, table: str) -> dict[str, Any] | None:
-        p = self.table_dir(table) / "snapshot" / "_current.json"
-        return json.loads(p.read_text(encoding="utf-8")) if p.exists() else None
+        text = self.storage.read_text(f"{self.table_dir(table)}/snapshot/_current.json")
+        return None if text is None else json.loads(text)
 
     def has_changes(self, table: str) -> bool:
-        d = self.table_dir(table) / "changes"
-        return d.is_dir() and any(p.name.startswith("batch=") for p in d.iterdir())
+        return any(n.startswith("batch=") for n in self.storage.listdir(self.changes_dir(table)))
 
     def tables(self) -> list[str]:
-        if not self.root.is_dir():
-            return []
-        out = []
-        for d in sorted(self.root.iterdir()):
-            if (d / "_schema.json").exists():
-                out.append(d.name)
-        return out
+        return [d for d in self.storage.listdir() if self.storage.exists(f"{d}/_schema.json")]

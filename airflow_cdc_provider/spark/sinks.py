@@ -10,8 +10,6 @@ HW with their metadata columns (``write_chunks``, idempotent per chunk).
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Callable
 
 from ..mysql.types import TableSinkTypes
@@ -74,65 +72,63 @@ class SparkParquetSink:
         return df.select(*[col(c) for c in df.columns if c != CHUNK_COLUMN], F.lit("r").alias("_cdc_op"),
                          F.lit(0).cast("bigint").alias("_cdc_ts_ms"), F.col(CHUNK_COLUMN).alias("_cdc_chunk"))
 
-    def stage_window(self, df, types: TableSinkTypes) -> Path:
-        """Write the window's rows (data columns and ``CHUNK_COLUMN``) to a staging directory."""
+    def stage_window(self, df, types: TableSinkTypes) -> str:
+        """Write the window's rows (data columns and ``CHUNK_COLUMN``) to a staging directory (returned)."""
         staging = self.layout.staging_dir(str(types.schema.table))
-        self._snapshot_rows(df).write.mode("overwrite").parquet(str(staging))
+        self._snapshot_rows(df).write.mode("overwrite").parquet(self.layout.location(staging))
         return staging
 
-    @staticmethod
-    def staged_counts(staging: Path) -> dict[int, int]:
+    def _parquet_files(self, staging: str) -> list[str]:
+        return [f"{staging}/{n}" for n in self.layout.storage.listdir(staging) if n.endswith(".parquet")]
+
+    def staged_counts(self, staging: str) -> dict[int, int]:
         """Rows per chunk, from the staged files' ``_cdc_chunk`` column alone (batch by batch: bounded memory)."""
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
         counts: dict[int, int] = {}
-        for f in staging.glob("*.parquet"):
-            for batch in pq.ParquetFile(f).iter_batches(columns=["_cdc_chunk"], batch_size=1 << 20):
-                for vc in pc.value_counts(batch.column(0)).to_pylist():
-                    counts[vc["values"]] = counts.get(vc["values"], 0) + vc["counts"]
+        for rel in self._parquet_files(staging):
+            with self.layout.storage.open(rel) as f:
+                for batch in pq.ParquetFile(f).iter_batches(columns=["_cdc_chunk"], batch_size=1 << 20):
+                    for vc in pc.value_counts(batch.column(0)).to_pylist():
+                        counts[vc["values"]] = counts.get(vc["values"], 0) + vc["counts"]
         return counts
 
-    def read_staged(self, staging: Path, types: TableSinkTypes):
+    def read_staged(self, staging: str, types: TableSinkTypes):
         """The staged rows as data columns and ``CHUNK_COLUMN`` (for folding the window's changes in)."""
         from pyspark.sql import functions as F
         from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
         schema = StructType([*StructType.fromDDL(types.spark_ddl).fields, StructField("_cdc_op", StringType()),
                              StructField("_cdc_ts_ms", LongType()), StructField("_cdc_chunk", IntegerType())])
-        if not any(staging.glob("*.parquet")):
+        if not self._parquet_files(staging):
             return self.spark.createDataFrame([], schema).drop("_cdc_op", "_cdc_ts_ms").withColumnRenamed("_cdc_chunk", CHUNK_COLUMN)
-        df = self.spark.read.schema(schema).parquet(str(staging))
+        df = self.spark.read.schema(schema).parquet(self.layout.location(staging))
         return df.select(*[col(f.name) for f in schema.fields[:-3]], F.col("_cdc_chunk").alias(CHUNK_COLUMN))
 
-    def publish_window(self, staging: Path, types: TableSinkTypes, epoch: int, indexes: list[int],
+    def publish_window(self, staging: str, types: TableSinkTypes, epoch: int, indexes: list[int],
                        version: tuple[int, int, int], folded, mid_write: Hook) -> list[int]:
         """Rewrite the window from ``folded`` (data columns and ``CHUNK_COLUMN``) if its binlog window changed
         it, then rename it into ``chunks=<first>-<last>/<version path>``, replacing every directory an earlier
         attempt wrote for any of these chunks. Returns the other chunks whose rows such a directory held
         (``ParquetLayout.publish_window``)."""
-        import shutil
-
         table = str(types.schema.table)
         rewritten = None
         if folded is not None:
             rewritten = self.layout.staging_dir(table)
-            self._snapshot_rows(folded).write.mode("overwrite").parquet(str(rewritten))
+            self._snapshot_rows(folded).write.mode("overwrite").parquet(self.layout.location(rewritten))
         mid_write()
         wrapper = self.layout.staging_dir(table)
-        target = wrapper / self.layout.version_path(version)
-        target.parent.mkdir(parents=True)
-        os.replace(rewritten or staging, target)
+        self.layout.storage.rename(rewritten or staging, f"{wrapper}/{self.layout.version_path(version)}")
         lost = self.layout.publish_window(wrapper, table, epoch, min(indexes), max(indexes))
-        for d in (staging, rewritten):
-            if d is not None:
-                shutil.rmtree(d, ignore_errors=True)
+        if rewritten is not None:
+            self.layout.storage.rmtree(staging)
         return lost
 
     def write_changes(self, df, types: TableSinkTypes, batch_id: int, mid_write: Hook) -> None:
         table = str(types.schema.table)
         staging = self.layout.staging_dir(table)
-        df.write.mode("overwrite").parquet(str(staging))
+        df.write.mode("overwrite").parquet(self.layout.location(staging))
         mid_write()
         self.layout.publish(staging, self.layout.batch_dir(table, batch_id))
 
@@ -147,9 +143,9 @@ class SparkParquetSink:
         current = self.layout.read_current(table)
         if current:
             d = self.layout.epoch_dir(table, current["epoch"])
-            parts.append(self.spark.read.schema(schema).parquet(str(d)).select(*cols(schema.fieldNames())))
+            parts.append(self.spark.read.schema(schema).parquet(self.layout.location(d)).select(*cols(schema.fieldNames())))
         if self.layout.has_changes(table):
-            ch = self.spark.read.schema(schema).parquet(str(self.layout.table_dir(table) / "changes"))
+            ch = self.spark.read.schema(schema).parquet(self.layout.location(self.layout.changes_dir(table)))
             if current:
                 s, p, r = current["min_low_watermark"]
                 ch = ch.filter(

@@ -117,3 +117,12 @@ def test_unwritable_state_or_sink_path(pipeline, source_db, tmp_path, key):
     line = one_line_error(run(path, env_extra=env))
     assert line.startswith(f"airflow-cdc: error: {path}: {key} path '{blocker / 'sub'}' is not writable (Not a directory)")
     assert f"set {key}.path to a directory the Airflow workers and Spark driver can write" in line
+
+
+@pytest.mark.parametrize("key", ["state", "sink"])
+def test_state_or_sink_uri_this_machine_cannot_open(pipeline, source_db, key):
+    write, env = pipeline
+    path = write([source_db.table("orders")], extra=f"{key}:\n  path: gs://bucket/cdc\n")
+    line = one_line_error(run(path, env_extra=env))
+    assert line.startswith(f"airflow-cdc: error: {path}: {key}.path 'gs://bucket/cdc': cannot open gs:// here"), line
+    assert "install gcsfs on the Airflow workers and the Spark cluster, or use a local path or file:// URI" in line

@@ -107,8 +107,8 @@ def test_cluster_deploy_mode_stream_survives_its_driver_being_killed(airflow_hom
         assert f"the stream job (driver {launch['driver_id']}) is gone without a final status" in log \
             or f"the stream job (driver {launch['driver_id']}) failed" in log, "the first try did not fail on the kill"
         verify_equal(env, config)  # while the relaunched stream runs: nothing lost
-        changes = ParquetLayout(f"file://{tmp_path / 'shared' / 'sink'}").table_dir(source_db.table("orders")) / "changes"
-        rows = spark.read.parquet(str(changes)).select("_cdc_file_seq", "_cdc_pos", "_cdc_row").collect()
+        layout = ParquetLayout(f"file://{tmp_path / 'shared' / 'sink'}")
+        rows = spark.read.parquet(layout.location(layout.changes_dir(source_db.table("orders")))).select("_cdc_file_seq", "_cdc_pos", "_cdc_row").collect()
         keys = [tuple(r) for r in rows]
         # a graceful stop of the relaunched driver ends the DAG run
         stop = subprocess.run([CLI, "stop", str(config), "--wait", "120"], env=env, capture_output=True, text=True)

@@ -127,6 +127,7 @@ def test_continuous_stream_task_follows_changes_until_stopped(airflow_home, sour
     stream = result["xcom"]["stream[-1]"]
     assert stream["state"] == "stopped" and stream["rows_emitted"] == 10, stream  # the retry's own count
     assert not process_alive(relaunch["pid"]) and state.read_json(state.LAUNCH) is None
-    changes = spark.read.parquet(str(ParquetLayout(sink.path).table_dir(source_db.table("orders")) / "changes"))
+    layout = ParquetLayout(sink.path)
+    changes = spark.read.parquet(layout.location(layout.changes_dir(source_db.table("orders"))))
     keys = [tuple(r) for r in changes.select("_cdc_file_seq", "_cdc_pos", "_cdc_row").collect()]
     assert len(keys) == len(set(keys)) == 20 + 10 + 10, "a change was lost or written twice across the kill"

@@ -137,7 +137,7 @@ def test_purged_binlog_fails_the_retention_sensor_before_the_stream(source_db, m
     seed_file = StateStore(p.state.uri).read_seed()["start"]["file"]
     assert f"no longer has {seed_file}" in message and f"oldest binlog: {newest}" in message
     assert "binlog_expire_logs_seconds" in message and "resnapshot" in message and source_db.table("orders") in message
-    assert not (p.state.path("stream", "status.json")).exists(), "no stream may have started"
+    assert not p.state.exists(p.state.STATUS), "no stream may have started"
 
 
 def test_large_transaction_inside_a_chunk_window(source_db, tmp_path, spark, server_id, scenario):

@@ -54,10 +54,10 @@ def expected_changelog(db, seed: dict, table: str, server_id: int) -> list[tuple
 
 def changelog(spark, sink_path: str, table: str, key_columns: tuple[str, ...] = ("id",)) -> list[tuple]:
     """``(op, *key, file_seq, pos, row)`` of every change event in the parquet sink's changelog."""
-    d = ParquetLayout(sink_path).table_dir(table) / "changes"
-    if not d.exists():
+    layout = ParquetLayout(sink_path)
+    if not layout.has_changes(table):
         return []
-    rows = spark.read.parquet(str(d)).select("_cdc_op", *key_columns, "_cdc_file_seq", "_cdc_pos", "_cdc_row").collect()
+    rows = spark.read.parquet(layout.location(layout.changes_dir(table))).select("_cdc_op", *key_columns, "_cdc_file_seq", "_cdc_pos", "_cdc_row").collect()
     return [tuple(r) for r in rows]
 
 
@@ -151,7 +151,7 @@ def test_chunk_retried_after_kill_mid_write_leaves_one_copy(source_db, tmp_path,
     if sink_type == "parquet":
         layout = ParquetLayout(p.sink.path)
         epoch_dir = layout.epoch_dir(source_db.table("orders"), chunks[0]["epoch"])
-        ids = [r[0] for r in spark.read.parquet(str(epoch_dir)).select("id").collect()]
+        ids = [r[0] for r in spark.read.parquet(layout.location(epoch_dir)).select("id").collect()]
         assert len(ids) == len(set(ids)) == n - 1
     else:
         with postgres.connect() as conn, conn.cursor() as cur:
@@ -173,8 +173,9 @@ def test_empty_table_and_a_string_key_window_then_stream(source_db, tmp_path, sp
     for table in (source_db.table("empty_t"), source_db.table("words")):
         p.snapshot([c for c in chunks if c["table"] == table])
     p.collect()
-    epoch_dir = ParquetLayout(p.sink.path).epoch_dir(source_db.table("words"), words[0]["epoch"])
-    assert [d.name for d in epoch_dir.iterdir()] == ["chunks=0-4"]  # one watermark window, one directory
+    layout = ParquetLayout(p.sink.path)
+    epoch_dir = layout.epoch_dir(source_db.table("words"), words[0]["epoch"])
+    assert layout.storage.listdir(epoch_dir) == ["chunks=0-4"]  # one watermark window, one directory
     reports = p.state.finished_snapshot(source_db.table("words"))["chunks"]
     assert sorted(r["rows"] for r in reports) == [100] * 5 and len({r["high_watermark"]["pos"] for r in reports}) == 1
 

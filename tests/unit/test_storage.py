@@ -1,0 +1,81 @@
+"""The state store on a local path, a file:// URI and a URI served by another fsspec filesystem (memory://,
+standing in for s3a:// or hdfs://): same files, same answers; Spark gets each file's URI; a scheme this
+machine cannot open is refused naming the YAML key and the package to install."""
+
+import json
+import os
+import uuid
+
+import pytest
+
+from airflow_cdc_provider.jobspec import JobSpec
+from airflow_cdc_provider.state import StateStore
+from airflow_cdc_provider.storage import StorageError, read_text
+
+
+@pytest.fixture(params=["path", "file-uri", "memory"])
+def store(request, tmp_path):
+    root = {"path": str(tmp_path / "state"), "file-uri": f"file://{tmp_path}/state",
+            "memory": f"memory://state-{uuid.uuid4().hex}"}[request.param]
+    return StateStore(root)
+
+
+def test_reports_seed_status_and_stop_round_trip(store):
+    store.ensure_writable()
+    assert store.read_seed() is None and not store.stop_requested()
+    store.write_chunk_report(0, 3, {"table": "db.t", "rows": 5})
+    store.write_finished_snapshot("db.t", {"table": "db.t", "epoch": 0})
+    store.write_finished_snapshot("db.u", {"table": "db.u", "epoch": 1})
+    store.write_seed({"start": {"file": "b.000001", "pos": 4}})
+    store.write_status({"state": "running"})
+    store.request_stop()
+    assert store.read_chunk_report("db.t", 0, 3) == {"table": "db.t", "rows": 5}
+    assert sorted(store.finished_tables()) == ["db.t", "db.u"]
+    assert store.read_seed()["start"]["pos"] == 4 and store.read_status()["state"] == "running"
+    assert store.stop_requested()
+    store.clear_stop()
+    store.clear_chunk_report("db.t", 0, 3)
+    assert not store.stop_requested() and store.read_chunk_report("db.t", 0, 3) is None
+    assert [n for n in store.storage.listdir("stream") if n.startswith(".tmp-")] == []  # no temp files left
+
+
+def test_a_job_spec_is_read_back_from_the_location_the_operator_passes(store):
+    spec = JobSpec(pipeline="p", source={"host": "h"}, tables={"db.t": {}}, sink={"type": "parquet"},
+                   state_path=store.uri, server_id=7)
+    where = store.write_spec("x.json", spec.to_json())
+    assert where.startswith(store.uri.rstrip("/")) and where.endswith("/specs/x.json")
+    assert JobSpec.load(where) == spec
+    assert json.loads(read_text(where))["pipeline"] == "p"
+
+
+def test_spark_gets_the_uri_with_its_scheme_and_local_files_stay_on_this_machine(store, tmp_path):
+    assert store.checkpoint_location == f"{store.uri}/stream/checkpoint"
+    d = store.local_dir("dist")
+    assert d.is_dir()
+    archive = d / "pkg.jar"
+    archive.write_bytes(b"zip")
+    where = store.upload(archive, "dist/pkg.jar")
+    assert where == f"{store.uri}/dist/pkg.jar" and store.storage.open("dist/pkg.jar").read() == b"zip"
+
+
+def test_a_scheme_without_its_filesystem_package_is_refused_with_the_key_and_the_fix():
+    with pytest.raises(StorageError) as exc:
+        StateStore("gs://bucket/cdc/state")  # gcsfs is not installed here (s3fs is: see test_s3_storage)
+    msg = str(exc.value)
+    assert "state.path 'gs://bucket/cdc/state'" in msg and "install gcsfs" in msg
+    with pytest.raises(StorageError, match=r"state.path 'nosuch://x'.*nosuch"):
+        StateStore("nosuch://x")
+
+
+def test_an_unwritable_state_path_names_the_key(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    os.chmod(ro, 0o500)
+    try:
+        if os.access(ro, os.W_OK):  # root ignores modes: use a path under a regular file instead
+            ro = tmp_path / "file"
+            ro.write_text("x")
+        with pytest.raises(StorageError, match=r"state path .* is not writable.*set state.path"):
+            StateStore(str(ro / "state")).ensure_writable()
+    finally:
+        os.chmod(tmp_path / "ro", 0o700)
