@@ -119,10 +119,6 @@ class Storage:
         self._fresh()
         return self.fs.exists(self.path(rel))
 
-    def isdir(self, rel: str) -> bool:
-        self._fresh()
-        return self.fs.isdir(self.path(rel))
-
     def listdir(self, rel: str = "") -> list[str]:
         """Names (not paths) in directory ``rel``, sorted; empty if it does not exist."""
         self._fresh()
@@ -138,9 +134,6 @@ class Storage:
             self.fs.rm_file(self.path(rel))
         except FileNotFoundError:
             pass
-
-    def makedirs(self, rel: str) -> None:
-        self.fs.makedirs(self.path(rel), exist_ok=True)
 
     def rename(self, src: str, dst: str) -> None:
         """Move file or directory ``src`` to ``dst`` (which must not exist)."""

@@ -123,6 +123,3 @@ class ParquetLayout:
 
     def has_changes(self, table: str) -> bool:
         return any(n.startswith("batch=") for n in self.storage.listdir(self.changes_dir(table)))
-
-    def tables(self) -> list[str]:
-        return [d for d in self.storage.listdir() if self.storage.exists(f"{d}/_schema.json")]
