@@ -47,6 +47,7 @@ def _scan(settings: ConnectionSettings, server_id: int, first: BinlogOffset, *, 
         connection_settings=settings.replication_kwargs(), server_id=server_id, log_file=first.file,
         log_pos=first.pos, resume_stream=True, blocking=False,
         only_events=[MariadbGtidEvent, XidEvent, QueryEvent], is_mariadb=False, enable_logging=False,
+        freeze_schema=True,  # no rows are decoded here: table maps only need their ids
     )
     boundary = first
     found_gtid = False

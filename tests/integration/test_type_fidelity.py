@@ -88,3 +88,27 @@ def test_timestamps_are_utc_whatever_the_session_zone(source_db, all_types, serv
     import datetime as dt
 
     assert selected(source_db, all_types, server_id)[(1,)]["ts"] == dt.datetime(2024, 1, 1, 22, 4, 5, 654321)
+
+
+def test_rows_decode_with_the_definition_of_their_time_across_alter_and_binlog_files(source_db, server_id):
+    """Table maps are parsed once per table id and file (``mysql/binlog.py``): an ALTER, which gives the table a
+    new id, and a new binlog file must still decode each row with the columns it was written with."""
+    source_db.execute("CREATE TABLE evolving (id INT PRIMARY KEY, a INT)")
+    with source_db.connection() as conn:
+        start = current_offset(conn)
+        schema_then = load_schema(conn, TableId(source_db.name, "evolving"))
+    source_db.execute("INSERT INTO evolving VALUES (1, 10), (2, 20)")
+    source_db.execute("ALTER TABLE evolving DROP COLUMN a, ADD COLUMN a VARCHAR(10) DEFAULT 'x'")
+    source_db.execute("INSERT INTO evolving VALUES (3, 'three')")
+    source_db.execute("FLUSH BINARY LOGS")
+    source_db.execute("UPDATE evolving SET a = 'four' WHERE id = 3")
+    source_db.execute("INSERT INTO evolving VALUES (4, 'five')")
+    with source_db.connection() as conn:
+        end = current_offset(conn)
+    assert end.file != start.file
+    rows = [(r.op, dict(r.image)) for r in read_changes_between(
+        source_db.settings, server_id, start, end, {schema_then.table: schema_then})]
+    assert rows == [
+        (OP_CREATE, {"id": 1, "a": 10}), (OP_CREATE, {"id": 2, "a": 20}), (OP_CREATE, {"id": 3, "a": "three"}),
+        (OP_UPDATE, {"id": 3, "a": "four"}), (OP_CREATE, {"id": 4, "a": "five"}),
+    ]
