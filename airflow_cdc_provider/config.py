@@ -107,7 +107,11 @@ SCHEMA: dict[str, Any] = {
         {
             "mode": Field(STR, choices=("available_now", "continuous")),
             "startup": Field(STR + DICT),
-            "max_rows_per_batch": Field(INT, check=_positive_int),
+            "max_batch_bytes": Field(INT, check=_positive_int),
+            "read_partitions": Field(INT, check=_positive_int),
+            "max_rows_per_batch": Field(INT, check=lambda v: (
+                "replaced by stream.max_batch_bytes (binlog bytes per micro-batch, default 64 MiB): batches are "
+                "planned from the binlog without decoding it, so their row count is not known in advance")),
             "trigger_interval": Field(STR),
             "heartbeat_timeout": Field(INT, check=_positive_int),
             "deferrable": Field(BOOL),

@@ -18,7 +18,7 @@ from .mysql.settings import ConnectionSettings
 from .sinks import SinkConfig
 from .state import StateStore
 
-DEFAULT_MAX_ROWS_PER_BATCH = 50_000
+DEFAULT_MAX_BATCH_BYTES = 64 * 2**20  # binlog bytes per stream micro-batch
 
 
 def data_home() -> Path:
@@ -86,7 +86,7 @@ def resolve_pipeline(cfg: PipelineConfig) -> Pipeline:
     secrets = {"source_password": source.password}
     if sink_password:
         secrets["sink_password"] = sink_password
-    stream = {"mode": "available_now", "startup": "initial", "max_rows_per_batch": DEFAULT_MAX_ROWS_PER_BATCH,
+    stream = {"mode": "available_now", "startup": "initial", "max_batch_bytes": DEFAULT_MAX_BATCH_BYTES,
               **cfg.section("stream")}
     return Pipeline(cfg, source, sink, secrets, resolve_state(cfg), stream)
 

@@ -200,7 +200,7 @@ class Bench:
         self.prepare(db, 100_000)
         for sink in sinks:
             self.pipeline(f"{db}_{sink}", [f"{db}.sbtest1"], sink=sink,
-                          stream={"mode": "available_now", "max_rows_per_batch": 100_000})
+                          stream={"mode": "available_now"})
             self.run(f"{db}_{sink}")  # snapshot + an empty stream
         start = self.offset()
         t = time.monotonic()

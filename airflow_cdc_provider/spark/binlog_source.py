@@ -1,19 +1,23 @@
-"""The binlog as a Spark Structured Streaming source (PySpark Python data source, simple reader).
+"""The binlog as a Spark Structured Streaming source, decoded in parallel by Spark tasks.
 
-Offsets are binlog positions at transaction boundaries (``{"file", "pos", "gtid", "ts_ms", "behind"}``):
-a batch ends only after an XID (or a DDL/non-transactional COMMIT), never inside a transaction, because
-python-mysql-replication silently drops rows when it starts mid-transaction (feasibility P12). The reader
-runs on the driver (``SimpleDataSourceStreamReader``): one decode per event, and Spark keeps each batch's
-rows so a batch is planned once; after a crash, ``readBetweenOffsets`` re-reads exactly the checkpointed
-range, which gives the same rows because the filter is deterministic.
+Offsets are binlog positions at transaction boundaries (``{"file", "pos", "gtid", "ts_ms", "behind"}``).
+The driver plans each micro-batch without decoding anything (``mysql/segments.py``): ``latestOffset`` ends
+the batch at a transaction boundary about ``max_batch_bytes`` of binlog after its start (or at the server's
+current position, or at the ``available_now`` target), and ``partitions`` cuts the batch into segments that
+also start at transaction boundaries, about equal in bytes, one per Spark task (``read_partitions``,
+default: the application's default parallelism). Each task decodes its segment through its own replica
+connection (server id: the stream's plus one plus the segment's index, inside the connection's range).
+Never starting inside a transaction matters: python-mysql-replication silently drops rows when it does
+(feasibility P12). Because a batch's offsets are checkpointed before it runs and the plan depends only on
+them, a re-run after a crash reads exactly the same rows.
 
-Every row change passes the emit filter (``core.emit_filter``) built from the stream seed: a change is
-emitted only if it is newer than the high watermark of the chunk that holds its key (or of the whole table),
-so nothing a snapshot chunk already contains is emitted again. Rows carry the sink values of their image,
-pickled, so one source serves tables of any schema; ``spark/stream.py`` turns them into typed rows per table.
-
-``available_now``: ``prepareForTriggerAvailableNow`` records the server's position as the target, batches
-are capped at ``max_rows_per_batch`` rows, and the query ends at the target.
+Segments arrive in any order; every row carries its binlog position, and the sinks keep the newest version
+per key, so the per-key order is restored there. Every row change passes the emit filter (``core.emit_filter``)
+built from the stream seed: a change is emitted only if it is newer than the high watermark of the chunk
+that holds its key (or of the whole table), so nothing a snapshot chunk already contains is emitted again.
+Rows carry the sink values of their image, pickled, so one source serves tables of any schema;
+``spark/stream.py`` turns them into typed rows per table. Row events of tables not captured are skipped
+before their rows are decoded (the library's table filter).
 """
 
 from __future__ import annotations
@@ -21,30 +25,41 @@ from __future__ import annotations
 import pickle
 from typing import Any, Iterator
 
-from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
-from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, SupportsTriggerAvailableNow
 
 SOURCE_SCHEMA = "table string, op string, file_seq bigint, pos bigint, row int, ts_ms bigint, payload binary"
-DEFAULT_MAX_ROWS = 50_000
+DEFAULT_MAX_BATCH_BYTES = 64 * 2**20
 DEFAULT_RECONNECT_SECONDS = 300
+# A segment smaller than this is not split further: each costs a replica connection and a Python worker's setup.
+MIN_SEGMENT_BYTES = 4 * 2**20
 
 
 def offset_dict(file: str, pos: int, gtid: str | None, ts_ms: int, behind: bool) -> dict[str, Any]:
     return {"file": file, "pos": int(pos), "gtid": gtid, "ts_ms": int(ts_ms), "behind": bool(behind)}
 
 
-class BinlogReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, spec_json: str, secrets: dict[str, str]) -> None:
+class BinlogSegment(InputPartition):
+    """``[start, end)`` of one batch, both transaction boundaries; ``index`` picks the reader's server id."""
+
+    def __init__(self, start: dict, end: dict, index: int) -> None:
+        self.start, self.end, self.index = start, end, index
+
+
+class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, spec_json: str, secrets: dict[str, str], partitions: int) -> None:
         from ..jobspec import JobSpec
 
         self.spec = JobSpec.from_json(spec_json)
         self.settings = self.spec.source_settings(secrets)
-        self.max_rows = int(self.spec.stream.get("max_rows_per_batch") or DEFAULT_MAX_ROWS)
+        self.max_bytes = int(self.spec.stream.get("max_batch_bytes") or DEFAULT_MAX_BATCH_BYTES)
+        self.parallelism = max(1, int(self.spec.stream.get("read_partitions") or partitions or 1))
+        self.min_segment = int(self.spec.stream.get("min_segment_bytes") or MIN_SEGMENT_BYTES)
         self.reconnect_timeout = float(self.spec.stream.get("reconnect_timeout") or DEFAULT_RECONNECT_SECONDS)
         self._target: dict[str, Any] | None = None
         self._ready = False
 
-    # -- lazy setup (runs in the driver's Python worker) -------------------------------------------
+    # -- lazy setup (in each process using the reader: the driver's planner, every task) -------------------------------------------
     def _setup(self) -> None:
         if self._ready:
             return
@@ -131,59 +146,82 @@ class BinlogReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._reconnecting("target offset", self._server_offset)
 
-    def read(self, start: dict) -> tuple[Iterator[tuple], dict]:
+    def getDefaultReadLimit(self):
+        return ReadMaxBytes(self.max_bytes)
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        """The end of the next batch: the target (``available_now``) or the server's position, or a
+        transaction boundary about ``limit`` bytes after ``start`` when that is nearer."""
+        return self._reconnecting("batch plan", self._latest, start, limit)
+
+    def _latest(self, start: dict, limit) -> dict:
         from ..core.offsets import BinlogOffset
+        from ..mysql.segments import BinlogMap
 
-        target = self._target or self._reconnecting("server offset", self._server_offset)
-        if not BinlogOffset.from_dict(target) > BinlogOffset.from_dict(start):
-            return iter([]), start
-        rows, end = self._reconnecting("binlog read", self._read, start, target, self.max_rows)
-        return iter(rows), end
+        self._setup()
+        target = self._target or self._server_offset()
+        begin, goal = BinlogOffset.from_dict(start), BinlogOffset.from_dict(target)
+        if not goal > begin:
+            return start
+        cap = None if isinstance(limit, ReadAllAvailable) else getattr(limit, "max_bytes", self.max_bytes)
+        binlog = BinlogMap(self.conn)
+        if cap is None or binlog.span_bytes(begin, goal) <= cap:
+            end, behind = goal, False
+        else:
+            end, behind = binlog.boundary_bytes_after(begin, goal, cap), True
+        return offset_dict(end.file, end.pos, self._gtid_at(end) if end != goal else goal.gtid, 0, behind)
 
-    def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[tuple]:
-        rows, _ = self._reconnecting("binlog re-read", self._read, start, end, None)
+    def _gtid_at(self, at) -> str | None:
+        """The GTID position at a boundary (MariaDB's ``BINLOG_GTID_POS``); informational, for the status."""
+        try:
+            with self.conn.cursor() as cur:
+                cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (at.file, at.pos))
+                row = cur.fetchone()
+            return (row[0] if row else None) or None
+        except Exception:  # MySQL has no such function; the position alone identifies the place
+            return None
+
+    def partitions(self, start: dict, end: dict) -> list[BinlogSegment]:
+        return self._reconnecting("segment plan", self._partitions, start, end)
+
+    def _partitions(self, start: dict, end: dict) -> list[BinlogSegment]:
+        from ..core.offsets import BinlogOffset
+        from ..mysql.segments import BinlogMap
+
+        begin, stop = BinlogOffset.from_dict(start), BinlogOffset.from_dict(end)
+        if not stop > begin:
+            return []
+        self._setup()
+        binlog = BinlogMap(self.conn)
+        size = binlog.span_bytes(begin, stop)
+        cuts = binlog.cut(begin, stop, max(self.min_segment, -(-size // self.parallelism))) if size > self.min_segment else []
+        points = [begin, *cuts, stop]
+        return [BinlogSegment(offset_dict(a.file, a.pos, None, 0, False), offset_dict(b.file, b.pos, None, 0, False), i)
+                for i, (a, b) in enumerate(zip(points, points[1:]))]
+
+    def read(self, partition: BinlogSegment) -> Iterator[tuple]:
+        rows = self._reconnecting("binlog read", self._read, partition.start, partition.end, partition.index)
         return iter(rows)
 
     def commit(self, end: dict) -> None:
         pass
 
     # -- decoding ----------------------------------------------------------------------------------
-    def _read(self, start: dict, stop: dict, max_rows: int | None) -> tuple[list[tuple], dict]:
-        from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
-
+    def _read(self, start: dict, stop: dict, index: int) -> list[tuple]:
+        """The emitted rows of the transactions in ``[start, stop)``, decoded by replica ``index``."""
         from ..core.offsets import BinlogOffset
-        from ..mysql.binlog import TableChangeReader, event_start, open_stream
+        from ..mysql.binlog import read_changes_between
 
         self._setup()
-        begin = BinlogOffset.from_dict(start)
-        stop_key = BinlogOffset.from_dict(stop).sort_key[:2]
-        reader = TableChangeReader(self.schemas)
-        committed: list = []
-        pending: list = []
-        end = dict(start)
-        gtid = start.get("gtid")
-        ts_ms = int(start.get("ts_ms") or 0)
-        behind = False
-        with open_stream(self.settings, self.spec.server_id, begin, self.schemas) as stream:
-            for ev in stream:
-                file = stream.log_file
-                if BinlogOffset(file, event_start(ev)).sort_key[:2] >= stop_key:
-                    break
-                if isinstance(ev, MariadbGtidEvent):
-                    gtid = ev.gtid
-                    continue
-                if isinstance(ev, XidEvent) or (isinstance(ev, QueryEvent) and ev.query.strip().upper() != "BEGIN"):
-                    committed += pending
-                    pending = []
-                    ts_ms = int(ev.timestamp) * 1000
-                    end = offset_dict(file, int(ev.packet.log_pos), gtid, ts_ms, False)
-                    if max_rows is not None and len(committed) >= max_rows:
-                        behind = True
-                        break
-                    continue
-                pending += reader.records(ev, file)
-        end["behind"] = behind
-        return self._emit(committed), end
+        records = list(read_changes_between(self.settings, self._server_id(index), BinlogOffset.from_dict(start),
+                                            BinlogOffset.from_dict(stop), self.schemas))
+        return self._emit(records)
+
+    def _server_id(self, index: int) -> int:
+        """The stream's own id plus ``1 + index``, wrapped inside the connection's ``server_id_range``."""
+        lo, hi = self.settings.server_id_range
+        base = self.spec.server_id if lo <= self.spec.server_id <= hi else lo
+        return lo + (base - lo + 1 + index) % (hi - lo + 1)
 
     def _emit(self, records: list) -> list[tuple]:
         from ..core.keys import Key
@@ -206,7 +244,8 @@ class BinlogReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 class BinlogSource(DataSource):
-    """Registered under ``airflow_cdc_binlog``; the spec arrives as the ``spec`` option (no secrets)."""
+    """Registered under ``airflow_cdc_binlog``; the spec arrives as the ``spec`` option (no secrets), the
+    number of segments per batch as ``partitions``."""
 
     _secrets: dict[str, str] = {}
 
@@ -217,8 +256,8 @@ class BinlogSource(DataSource):
     def schema(self) -> str:
         return SOURCE_SCHEMA
 
-    def simpleStreamReader(self, schema) -> BinlogReader:
-        return BinlogReader(self.options["spec"], self._secrets)
+    def streamReader(self, schema) -> BinlogReader:
+        return BinlogReader(self.options["spec"], self._secrets, int(self.options.get("partitions") or 1))
 
 
 def source_class_with(secrets: dict[str, str]) -> type:

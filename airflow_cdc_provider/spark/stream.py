@@ -87,6 +87,7 @@ class StreamJob:
         self.rows_emitted = 0
         self.batches = 0
         self.last_batch_id: int | None = None
+        self.last_event_ms = 0  # commit time of the newest change written (for the lag while behind)
         self._stop = threading.Event()
         self._done = threading.Event()
         settings = spec.source_settings(secrets)
@@ -106,7 +107,9 @@ class StreamJob:
         t0 = time.monotonic()
         batch_df = batch_df.persist()
         try:
-            counts = {r[0]: r[1] for r in batch_df.groupBy("table").count().collect()}
+            stats = batch_df.groupBy("table").agg(F.count("*"), F.max("ts_ms")).collect()
+            counts = {r[0]: r[1] for r in stats}
+            self.last_event_ms = max([self.last_event_ms] + [r[2] or 0 for r in stats])
             for i, table in enumerate(sorted(counts)):
                 types = self.types[table]
                 schema = StructType.fromDDL(types.spark_ddl + ", " + meta_ddl())
@@ -135,8 +138,8 @@ class StreamJob:
 
                 end = json.loads(end)
         lag = 0.0
-        if end and end.get("behind") and end.get("ts_ms"):
-            lag = max(0.0, time.time() - end["ts_ms"] / 1000.0)
+        if end and end.get("behind") and self.last_event_ms:
+            lag = max(0.0, time.time() - self.last_event_ms / 1000.0)
         self.store.write_status({
             "state": state,
             "mode": self.mode,
@@ -166,7 +169,8 @@ class StreamJob:
 
         self.store.clear_stop()
         self.spark.dataSource.register(source_class_with(self.secrets))
-        df = self.spark.readStream.format("airflow_cdc_binlog").option("spec", self.spec.to_json()).load()
+        df = (self.spark.readStream.format("airflow_cdc_binlog").option("spec", self.spec.to_json())
+              .option("partitions", str(self.spark.sparkContext.defaultParallelism)).load())
         writer = df.writeStream.foreachBatch(self.process_batch).option("checkpointLocation", self.store.checkpoint_location)
         if self.mode == "continuous":
             writer = writer.trigger(processingTime=self.spec.stream.get("trigger_interval") or "2 seconds")

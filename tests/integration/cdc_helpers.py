@@ -76,8 +76,11 @@ class Pipeline:
     def collect(self) -> dict[str, Any]:
         return collect_watermarks(self.state, self.sink, self.secrets, self.planned)
 
-    def stream(self, fault: dict | None = None, check: bool = True, max_rows: int = 50_000, **stream: Any):
-        spec = self.spec(stream={"mode": "available_now", "max_rows_per_batch": max_rows, **stream}, fault=fault)
+    def stream(self, fault: dict | None = None, check: bool = True, max_bytes: int = 64 * 2**20, **stream: Any):
+        """``max_bytes``: binlog bytes per batch; segments of 20 kB, so that small tests read batches with
+        several Spark tasks in parallel, as large ones do."""
+        spec = self.spec(stream={"mode": "available_now", "max_batch_bytes": max_bytes, "min_segment_bytes": 20_000,
+                                 **stream}, fault=fault)
         res = submit("binlog_stream", spec, self.secrets, self.tmp / "jobs")
         if check:
             assert res.returncode == 0, self.last_log("binlog_stream")

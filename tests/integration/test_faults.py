@@ -97,8 +97,8 @@ def test_binlog_rotation_during_chunk_windows_and_the_stream(source_db, mariadb,
         with BackgroundWriter(mariadb, source_db.name, key_space=n + 1000, rate=scale(200, 500)) as writer:
             p.snapshot(chunks)
             seed = p.collect()
-            p.stream(max_rows=scale(1000, 5000))
-        p.stream(max_rows=scale(1000, 5000))
+            p.stream(max_bytes=scale(400_000, 2_000_000))
+        p.stream(max_bytes=scale(400_000, 2_000_000))
     finally:
         stop.set()
         rotator.join(10)

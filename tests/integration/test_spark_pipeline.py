@@ -85,7 +85,7 @@ def test_snapshot_under_concurrent_writes_then_stream_is_exactly_once(source_db,
     assert sum(r["window_events_applied"] for r in reports) > 0, "no chunk window saw a change: the test lost its point"
     assert all(r["high_watermark"] and r["low_watermark"] for r in reports)
 
-    p.stream(max_rows=500)
+    p.stream(max_bytes=100_000)
     status = p.state.read_status()
     assert status["state"] == "finished" and status["batches"] >= 2 and status["rows_emitted"] > 0
 
@@ -117,10 +117,10 @@ def test_stream_killed_mid_batch_resumes_without_loss_or_duplicates(source_db, t
         source_db.execute("UPDATE orders SET v = v + 1 WHERE id = %s", (i,))
     source_db.execute("DELETE FROM orders WHERE id > 1900")
     fault = {"point": "mid_batch", "action": "kill", "match": "batch 1", "once": str(tmp_path / "fault-once")}
-    res = p.stream(fault=fault, check=False, max_rows=300)
+    res = p.stream(fault=fault, check=False, max_bytes=100_000)
     assert res.returncode != 0, "the injected SIGKILL did not happen"
     assert (tmp_path / "fault-once").exists()
-    p.stream(max_rows=300)
+    p.stream(max_bytes=100_000)
 
     got = changelog(spark, p.sink.path, source_db.table("orders"))
     assert len(got) == len(set(got)), "a change was written twice"

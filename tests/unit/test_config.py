@@ -34,6 +34,8 @@ def test_good_file_loads_with_defaults(tmp_path):
         (GOOD.replace("  conn_id: shop\n", ""), "pipe.yaml: source.conn_id: required key is missing"),
         ("snapshot: {chunk_size: 5}\n", "pipe.yaml: source: required section is missing"),
         (GOOD + "stream: {mode: sometimes}\n", "pipe.yaml: stream.mode: 'sometimes' is not allowed (allowed: available_now, continuous)"),
+        (GOOD + "stream: {max_rows_per_batch: 5000}\n",
+         "pipe.yaml: stream.max_rows_per_batch: replaced by stream.max_batch_bytes (binlog bytes per micro-batch"),
         (GOOD.replace("[shop.orders]", "[]"), "pipe.yaml: source.tables: must be a non-empty list"),
         ("source: [1, 2\n", "pipe.yaml:2:1: invalid YAML"),
         ("- just a list\n", "pipe.yaml: the file must contain a mapping"),
