@@ -22,17 +22,30 @@ before their rows are decoded (the library's table filter).
 
 from __future__ import annotations
 
-import pickle
+import json
 from typing import Any, Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, SupportsTriggerAvailableNow
 
-SOURCE_SCHEMA = "table string, op string, file_seq bigint, pos bigint, row int, ts_ms bigint, payload binary"
+# The change's metadata in these columns, then one struct column per captured table (``source_schema``).
+META_SCHEMA = "table string, op string, ts_ms bigint, file_seq bigint, pos bigint, row int"
+META_WIDTH = 6
 DEFAULT_MAX_BATCH_BYTES = 64 * 2**20
 DEFAULT_RECONNECT_SECONDS = 300
 # A segment smaller than this is not split further: each costs a replica connection and a Python worker's setup.
 MIN_SEGMENT_BYTES = 4 * 2**20
+
+
+def image_column(index: int) -> str:
+    return f"image_{index}"
+
+
+def source_schema(table_ddls: list[str]) -> str:
+    """The source's schema: the metadata, then ``image_<i>``, a struct of table ``i``'s sink columns (its
+    ``TableSinkTypes.spark_ddl``), set only in that table's rows. The rows leave the reader typed (Arrow),
+    so a batch never goes through Python a second time to become per-table DataFrames."""
+    return ", ".join([META_SCHEMA] + [f"{image_column(i)} struct<{ddl}>" for i, ddl in enumerate(table_ddls)])
 
 
 def offset_dict(file: str, pos: int, gtid: str | None, ts_ms: int, behind: bool) -> dict[str, Any]:
@@ -47,10 +60,11 @@ class BinlogSegment(InputPartition):
 
 
 class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, spec_json: str, secrets: dict[str, str], partitions: int) -> None:
+    def __init__(self, spec_json: str, secrets: dict[str, str], partitions: int, tables: list[str]) -> None:
         from ..jobspec import JobSpec
 
         self.spec = JobSpec.from_json(spec_json)
+        self.columns = {name: META_WIDTH + i for i, name in enumerate(tables)}  # table -> its image column
         self.settings = self.spec.source_settings(secrets)
         self.max_bytes = int(self.spec.stream.get("max_batch_bytes") or DEFAULT_MAX_BATCH_BYTES)
         self.parallelism = max(1, int(self.spec.stream.get("read_partitions") or partitions or 1))
@@ -234,18 +248,22 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for table, keys in need.items():
             self.orders[table].prefetch(keys)
         out = []
+        width = META_WIDTH + len(self.columns)
         for rec in records:
             if not self.filter.should_emit(rec.table, rec.key, rec.position):
                 continue
             seq, pos, row = rec.position.sort_key
-            image = self.types[rec.table].row_to_sink(dict(rec.image))
-            out.append((str(rec.table), rec.op, seq, pos, row, rec.ts_ms, pickle.dumps(image, protocol=5)))
+            name = str(rec.table)
+            values = [None] * width
+            values[:META_WIDTH] = (name, rec.op, rec.ts_ms, seq, pos, row)
+            values[self.columns[name]] = self.types[rec.table].row_to_sink(dict(rec.image))
+            out.append(values)
         return out
 
 
 class BinlogSource(DataSource):
-    """Registered under ``airflow_cdc_binlog``; the spec arrives as the ``spec`` option (no secrets), the
-    number of segments per batch as ``partitions``."""
+    """Registered under ``airflow_cdc_binlog``. Options (no secrets): ``spec``; ``partitions``, the number of
+    segments per batch; ``tables``, a JSON list giving each table's image column; ``schema`` (``source_schema``)."""
 
     _secrets: dict[str, str] = {}
 
@@ -254,10 +272,11 @@ class BinlogSource(DataSource):
         return "airflow_cdc_binlog"
 
     def schema(self) -> str:
-        return SOURCE_SCHEMA
+        return self.options["schema"]
 
     def streamReader(self, schema) -> BinlogReader:
-        return BinlogReader(self.options["spec"], self._secrets, int(self.options.get("partitions") or 1))
+        return BinlogReader(self.options["spec"], self._secrets, int(self.options.get("partitions") or 1),
+                            json.loads(self.options["tables"]))
 
 
 def source_class_with(secrets: dict[str, str]) -> type:

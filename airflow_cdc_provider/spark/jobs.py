@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 
 from ..jobspec import JobSpec, load_secrets
@@ -33,7 +34,9 @@ def _run(argv: list[str] | None, script: str, title, runner) -> int:
     _logging()
     args = _args(sys.argv[1:] if argv is None else argv, script)
     spec = JobSpec.load(args.spec)
+    t0 = time.monotonic()
     spark = spark_session(title(spec))
+    logging.getLogger("airflow_cdc.job").info("Spark session ready in %.2fs", time.monotonic() - t0)
     ship_package_to_executors(spark)
     try:
         return runner(spark, spec, load_secrets())

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import pickle
+import json
 import signal
 import threading
 import time
@@ -28,8 +28,9 @@ from ..mysql.schema import load_schema
 from ..mysql.types import TableSinkTypes
 from ..sinks import SinkConfig
 from ..state import StateStore
-from .binlog_source import source_class_with
-from .sinks import meta_ddl, spark_sink
+from .binlog_source import image_column, source_class_with, source_schema
+from ..sinks import META_COLUMNS
+from .sinks import spark_sink
 
 log = logging.getLogger("airflow_cdc.stream")
 IDLE_HEARTBEAT_SECONDS = 5.0
@@ -77,6 +78,7 @@ def _remove_stop_hook(spark, hook) -> None:
 
 class StreamJob:
     def __init__(self, spark, spec: JobSpec, secrets: dict[str, str]) -> None:
+        t0 = time.monotonic()
         self.spark = spark
         self.spec = spec
         self.secrets = secrets
@@ -96,13 +98,14 @@ class StreamJob:
                 str(t): TableSinkTypes.of(load_schema(conn, TableId.parse(t), (o or {}).get("chunk_key")))
                 for t, o in spec.tables.items()
             }
+        self.order = sorted(self.types)  # table i's rows carry their values in the source's image_<i>
         for types in self.types.values():
             self.sink.prepare(types)
+        log.info("stream job set up in %.2fs (%d tables)", time.monotonic() - t0, len(self.types))
 
     # -- one micro-batch -----------------------------------------------------------------------------
     def process_batch(self, batch_df, batch_id: int) -> None:
         from pyspark.sql import functions as F
-        from pyspark.sql.types import StructType
 
         t0 = time.monotonic()
         batch_df = batch_df.persist()
@@ -110,20 +113,20 @@ class StreamJob:
             stats = batch_df.groupBy("table").agg(F.count("*"), F.max("ts_ms")).collect()
             counts = {r[0]: r[1] for r in stats}
             self.last_event_ms = max([self.last_event_ms] + [r[2] or 0 for r in stats])
+            t_read = time.monotonic() - t0
             for i, table in enumerate(sorted(counts)):
                 types = self.types[table]
-                schema = StructType.fromDDL(types.spark_ddl + ", " + meta_ddl())
-                part = batch_df.filter(F.col("table") == table)
-                rdd = part.rdd.map(lambda r: tuple(pickle.loads(r.payload)) + (r.op, r.ts_ms, r.file_seq, r.pos, r.row))
-                # the images were typed by the sink type layer already: no per-row schema verification
-                data = self.spark.createDataFrame(rdd, schema, verifySchema=False)
+                meta = [F.col(src).cast(kind).alias(name) for src, (name, kind) in
+                        zip(("op", "ts_ms", "file_seq", "pos", "row"), META_COLUMNS)]
+                data = batch_df.filter(F.col("table") == table).select(f"{image_column(self.order.index(table))}.*", *meta)
                 self.sink.write_changes(data, types, batch_id, lambda: self.faults.hit("mid_sink_write", f"{table} batch {batch_id}"))
                 if i == 0:
                     self.faults.hit("mid_batch", f"batch {batch_id}")
             self.rows_emitted += sum(counts.values())
             self.batches += 1
             self.last_batch_id = batch_id
-            log.info("batch %d: %d rows written in %.2fs", batch_id, sum(counts.values()), time.monotonic() - t0)
+            log.info("batch %d: %d rows read in %.2fs, written in %.2fs", batch_id, sum(counts.values()), t_read,
+                     time.monotonic() - t0 - t_read)
         finally:
             batch_df.unpersist()
 
@@ -134,7 +137,6 @@ class StreamJob:
         if progress and progress.get("sources"):
             end = progress["sources"][0].get("endOffset")
             if isinstance(end, str):
-                import json
 
                 end = json.loads(end)
         lag = 0.0
@@ -169,8 +171,10 @@ class StreamJob:
 
         self.store.clear_stop()
         self.spark.dataSource.register(source_class_with(self.secrets))
+        schema = source_schema([self.types[t].spark_ddl for t in self.order])
         df = (self.spark.readStream.format("airflow_cdc_binlog").option("spec", self.spec.to_json())
-              .option("partitions", str(self.spark.sparkContext.defaultParallelism)).load())
+              .option("partitions", str(self.spark.sparkContext.defaultParallelism))
+              .option("tables", json.dumps(self.order)).option("schema", schema).load())
         writer = df.writeStream.foreachBatch(self.process_batch).option("checkpointLocation", self.store.checkpoint_location)
         if self.mode == "continuous":
             writer = writer.trigger(processingTime=self.spec.stream.get("trigger_interval") or "2 seconds")
@@ -179,7 +183,9 @@ class StreamJob:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self._stop.set())
         self.write_status(None, "starting")
+        t0 = time.monotonic()
         query = writer.start()
+        log.info("query started in %.2fs", time.monotonic() - t0)
         last_write, seen_batch = 0.0, None
         state = "finished"
         while True:
