@@ -85,7 +85,7 @@ def test_snapshot_under_concurrent_writes_then_stream_is_exactly_once(source_db,
     assert sum(r["window_events_applied"] for r in reports) > 0, "no chunk window saw a change: the test lost its point"
     assert all(r["high_watermark"] and r["low_watermark"] for r in reports)
 
-    p.stream(max_bytes=100_000)
+    p.stream(max_bytes=400_000)
     status = p.state.read_status()
     assert status["state"] == "finished" and status["batches"] >= 2 and status["rows_emitted"] > 0
 
