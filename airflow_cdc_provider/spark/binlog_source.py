@@ -15,9 +15,10 @@ Segments arrive in any order; every row carries its binlog position, and the sin
 per key, so the per-key order is restored there. Every row change passes the emit filter (``core.emit_filter``)
 built from the stream seed: a change is emitted only if it is newer than the high watermark of the chunk
 that holds its key (or of the whole table), so nothing a snapshot chunk already contains is emitted again.
-Rows carry the sink values of their image, pickled, so one source serves tables of any schema;
-``spark/stream.py`` turns them into typed rows per table. Row events of tables not captured are skipped
-before their rows are decoded (the library's table filter).
+Rows carry the sink values of their image in their table's struct column (``source_schema``), so they
+leave the tasks typed, through Arrow, and ``spark/stream.py`` selects each table's rows without another
+pass through Python. Row events of tables not captured are skipped before their rows are decoded (the
+library's table filter). ``ts_ms`` stays in offsets for old checkpoints; the lag comes from the rows.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[str, Any] | None = None
         self._ready = False
 
-    # -- lazy setup (in each process using the reader: the driver's planner, every task) -------------------------------------------
+    # -- lazy setup (in each process using the reader: the driver's planner, every task) ------------
     def _setup(self) -> None:
         if self._ready:
             return
