@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime as dt
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -219,6 +221,12 @@ class Bench:
             self.results.add(f"catch-up {emitted:,} changes -> {sink} (stream task) vs bare decoder",
                              f"{emitted / t_stream:,.0f} rows/s", f"{decoded / t_decode:,.0f} rows/s",
                              f"{(emitted / t_stream) / (decoded / t_decode):.2f}x throughput", ">= 1.5x")
+            steady = steady_throughput(self.work / f"{db}_{sink}.log")
+            if steady is not None:
+                rows, seconds, batches = steady
+                self.results.add(f"  same, batches after the first ({batches} batches, {rows:,} rows; no start-up)",
+                                 f"{rows / seconds:,.0f} rows/s", f"{decoded / t_decode:,.0f} rows/s",
+                                 f"{(rows / seconds) / (decoded / t_decode):.2f}x throughput", "(steady state)")
 
     def latency(self, seconds: int, rate: int = 500) -> None:
         db = "lat"
@@ -256,6 +264,21 @@ class Bench:
                          f"{p50:.2f} s / {p99:.2f} s", "-", "-", "p99 <= 5 s")
         self.results.add("continuous: first change after the launch, commit-to-sink (warm-up, not in p99)",
                          f"{first[0]:.2f} s" if first else "not seen", "-", "-", "-")
+
+
+_BATCH_LINE = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO airflow_cdc\.stream: batch \d+: (\d+) rows")
+
+
+def steady_throughput(dag_log: Path) -> tuple[int, float, int] | None:
+    """From the stream job's batch lines in the DAG run's log: the rows of the batches after the first and
+    the time from the end of the first to the end of the last (planning between batches included)."""
+    ends = []
+    for m in _BATCH_LINE.finditer(dag_log.read_text(errors="replace")):
+        ends.append((dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp(), int(m.group(2))))
+    ends = sorted(set(ends))
+    if len(ends) < 2 or ends[-1][0] <= ends[0][0]:
+        return None
+    return sum(r for _, r in ends[1:]), ends[-1][0] - ends[0][0], len(ends) - 1
 
 
 def bare_decode(settings: ConnectionSettings, start: BinlogOffset, end: BinlogOffset, schema: str) -> tuple[int, float]:
