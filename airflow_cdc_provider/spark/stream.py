@@ -13,9 +13,9 @@ After every batch (and every few seconds while idle) the job writes ``stream/sta
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
-import json
 import signal
 import threading
 import time
@@ -26,10 +26,9 @@ from ..jobspec import JobSpec
 from ..mysql.planner import connect
 from ..mysql.schema import load_schema
 from ..mysql.types import TableSinkTypes
-from ..sinks import SinkConfig
+from ..sinks import META_COLUMNS, SinkConfig
 from ..state import StateStore
 from .binlog_source import image_column, source_class_with, source_schema
-from ..sinks import META_COLUMNS
 from .sinks import spark_sink
 
 log = logging.getLogger("airflow_cdc.stream")
@@ -99,6 +98,7 @@ class StreamJob:
                 for t, o in spec.tables.items()
             }
         self.order = sorted(self.types)  # table i's rows carry their values in the source's image_<i>
+        self.image_columns = {t: image_column(i) for i, t in enumerate(self.order)}
         for types in self.types.values():
             self.sink.prepare(types)
         log.info("stream job set up in %.2fs (%d tables)", time.monotonic() - t0, len(self.types))
@@ -118,7 +118,7 @@ class StreamJob:
                 types = self.types[table]
                 meta = [F.col(src).cast(kind).alias(name) for src, (name, kind) in
                         zip(("op", "ts_ms", "file_seq", "pos", "row"), META_COLUMNS)]
-                data = batch_df.filter(F.col("table") == table).select(f"{image_column(self.order.index(table))}.*", *meta)
+                data = batch_df.filter(F.col("table") == table).select(f"{self.image_columns[table]}.*", *meta)
                 self.sink.write_changes(data, types, batch_id, lambda: self.faults.hit("mid_sink_write", f"{table} batch {batch_id}"))
                 if i == 0:
                     self.faults.hit("mid_batch", f"batch {batch_id}")
