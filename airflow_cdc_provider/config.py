@@ -24,6 +24,7 @@ Schema (sections other than ``source`` are optional)::
     stream:   {mode: available_now | continuous, startup: initial | latest | earliest}
     sink:     {type: parquet | jdbc, path: ..., conn_id: ..., schema: ...}
     spark:    {conn_id: spark_default, conf: {...}, jars: [...], ...}
+              # connect_conn_id: spark_connect_default   # opt-in: chunk tasks on a long-lived Spark Connect server
     state:    {path: ...}
 """
 
@@ -131,6 +132,7 @@ SCHEMA: dict[str, Any] = {
         False,
         {
             "conn_id": Field(STR),
+            "connect_conn_id": Field(STR),
             "conf": Field(DICT),
             "jars": Field(STR + LIST),
             "py_files": Field(STR + LIST),

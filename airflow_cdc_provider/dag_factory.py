@@ -99,7 +99,8 @@ def build_dag(path: str | Path):
         plan = PlanChunksOperator(task_id="plan_chunks", config=config)
         snapshot = SnapshotChunkOperator.partial(
             task_id="snapshot_chunk", config=config, max_active_tis_per_dagrun=cfg.snapshot.max_active_chunks,
-            map_index_template=CHUNK_LABEL_TEMPLATE, **spark,
+            map_index_template=CHUNK_LABEL_TEMPLATE, connect_conn_id=cfg.section("spark").get("connect_conn_id"),
+            **spark,
         ).expand(chunk=plan.output)
         collect = CollectWatermarksOperator(task_id="collect_watermarks", config=config, trigger_rule="none_failed")
         retention = BinlogRetentionSensor(task_id="binlog_retention", config=config)

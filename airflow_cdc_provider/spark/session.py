@@ -2,13 +2,19 @@
 
 Under spark-submit the master, jars and resources come from the command line (the operator builds it from
 the ``spark_default`` connection and YAML). In-process use (the ``verify`` CLI, tests) gets ``local[*]``
-with the Debian JDBC driver jars.
+with the Debian JDBC driver jars. ``connect_session`` is the same recipe on a long-lived Spark Connect
+server (opt-in, ``spark.connect_conn_id``): the job's driver code runs in the calling process and pays no
+JVM start.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import socket
 from typing import Any, Mapping
+from urllib.parse import urlparse
 
 MARIADB_JAR = "/usr/share/java/mariadb-java-client.jar"
 POSTGRES_JAR = "/usr/share/java/postgresql.jar"
@@ -21,6 +27,12 @@ BASE_CONF = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "8",
 }
+
+# Spark Connect shows every statement's plan in the server's UI and event log, JDBC options included; this
+# session conf redacts the values of ``password`` options there (their keys are what the regex matches).
+DEFAULT_CONNECT_PORT = 15002
+_CONNECT_ENV = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")
+SECRET_REDACTION_REGEX = r'(?i)(key: "[a-z._]*password"\s*value: )"(?:[^"\\]|\\.)*"'
 
 
 def default_jars() -> list[str]:
@@ -43,3 +55,69 @@ def spark_session(app_name: str, master: str | None = None, conf: Mapping[str, A
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def is_connect(spark) -> bool:
+    """A Spark Connect session (no SparkContext, no JVM in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def default_parallelism(spark) -> int:
+    """How many tasks a read should be split into: the SparkContext's default parallelism. A Connect client
+    cannot ask for it; Spark splits a ``range`` by it when it analyses the plan, so the plan says it (no job
+    runs); if that text is not understood, a small job counts the partitions of such a range."""
+    if not is_connect(spark):
+        return spark.sparkContext.defaultParallelism
+    from pyspark.sql import functions as F
+
+    probe = spark.range(0, 1 << 16)
+    m = re.search(r"Range \(0, 65536, step=1, splits=(\d+)\)", probe._explain_string(extended=False))
+    if m:
+        return int(m.group(1))
+    return int(probe.select(F.spark_partition_id().alias("p")).agg(F.max("p")).first()[0]) + 1
+
+
+def check_reachable(url: str, timeout: float = 10.0) -> None:
+    """Raise ``ConnectionError`` at once if nothing accepts connections at the server of ``url``: the Connect
+    client would retry an unreachable server with backoff for many minutes before it gives up."""
+    parsed = urlparse(url)
+    host, port = parsed.hostname or "localhost", parsed.port or DEFAULT_CONNECT_PORT
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        raise ConnectionError(f"nothing accepts connections at {host}:{port} ({exc})") from None
+
+
+@contextlib.contextmanager
+def connect_session(url: str, conf: Mapping[str, Any] | None = None, artifacts: list[str] | None = None):
+    """A new session on the Spark Connect server at ``url`` (``sc://host:port/;token=...``) with the job
+    settings of ``BASE_CONF`` that a session may set (SQL settings; the rest belong to the server) and
+    ``conf``; ``artifacts`` (Python archives) go to the session so that its executors can import them.
+
+    pyspark marks the whole process as a Connect client in its environment (``SPARK_CONNECT_MODE_ENABLED``)
+    and leaves the mark after ``stop()``; a spark-submit started later from this process (the stream task
+    under ``dag.test()``) would inherit it and its driver would look for a Connect URL. So the environment is
+    put back when the session ends."""
+    from pyspark.sql import SparkSession
+
+    check_reachable(url)
+    saved = {k: os.environ.get(k) for k in _CONNECT_ENV}
+    try:
+        spark = SparkSession.builder.remote(url).create()
+        try:
+            # first, before any plan carries a password
+            spark.conf.set("spark.sql.redaction.string.regex", SECRET_REDACTION_REGEX)
+            for k, v in {**BASE_CONF, **dict(conf or {})}.items():
+                if re.match(r"spark\.sql\.", k):
+                    spark.conf.set(k, str(v))
+            if artifacts:
+                spark.addArtifacts(*artifacts, pyfile=True)
+            yield spark
+        finally:
+            spark.stop()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

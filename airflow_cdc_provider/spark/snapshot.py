@@ -50,6 +50,7 @@ from ..mysql.types import TableSinkTypes
 from ..sinks import SinkConfig
 from ..state import StateStore, table_dir_name
 from .jdbc_read import read_key_ranges
+from .session import default_parallelism
 from .columns import col
 from .sinks import CHUNK_COLUMN, spark_sink, with_meta
 
@@ -168,7 +169,7 @@ class SnapshotJob:
         self.store = StateStore(spec.state_path)
         self.sink = spark_sink(spark, SinkConfig.from_dict(spec.sink), secrets)
         self.faults = FaultSwitch(spec.fault)
-        self.partitions = spec.read_partitions or spark.sparkContext.defaultParallelism
+        self.partitions = spec.read_partitions or default_parallelism(spark)
 
     def run(self) -> list[dict[str, Any]]:
         chunks = [Chunk.from_dict(c) for c in self.spec.chunks]

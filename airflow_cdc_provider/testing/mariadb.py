@@ -28,7 +28,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator, Self
 
 import pymysql
 
@@ -39,6 +39,32 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class PrivateServer:
+    """What the private servers (MariaDB, PostgreSQL, Spark) share: ``with`` starts one and cleans it up."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def cleanup(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
+
+def serve_until_interrupted(server: PrivateServer, describe: Callable[[Any], str]) -> None:  # pragma: no cover
+    """Run ``server`` by hand: print ``describe(server)``, wait for Ctrl-C, clean up."""
+    with server:
+        print(describe(server), flush=True)
+        try:
+            signal.pause()
+        except KeyboardInterrupt:
+            pass
 
 
 def stop_process_group(proc: subprocess.Popen | None, sig: int, timeout: float) -> None:
@@ -73,7 +99,7 @@ class Account:
 
 
 @dataclass
-class PrivateMariaDB:
+class PrivateMariaDB(PrivateServer):
     """Start with ``start()`` (or use as a context manager); stop with ``stop()``."""
 
     base_dir: Path | None = None
@@ -227,12 +253,6 @@ class PrivateMariaDB:
         self.stop()
         if self._owns_dir and self.base_dir is not None:
             shutil.rmtree(self.base_dir, ignore_errors=True)
-
-    def __enter__(self) -> "PrivateMariaDB":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.cleanup()
 
     # -- connections --------------------------------------------------------------------------------
     def root_connection(self, database: str | None = None, **kw) -> pymysql.connections.Connection:

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .mariadb import free_port, stop_process_group
+from .mariadb import PrivateServer, free_port, stop_process_group
 
 
 def pg_bin(name: str) -> str:
@@ -29,7 +29,7 @@ def pg_bin(name: str) -> str:
     return found[-1]
 
 
-class PrivatePostgres:
+class PrivatePostgres(PrivateServer):
     def __init__(self, base_dir: str | None = None, port: int | None = None) -> None:
         self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="airflow-cdc-pg-"))
         self.port = port or free_port()
@@ -109,9 +109,3 @@ class PrivatePostgres:
     def cleanup(self) -> None:
         self.stop()
         shutil.rmtree(self.base_dir, ignore_errors=True)
-
-    def __enter__(self) -> "PrivatePostgres":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.cleanup()

@@ -22,7 +22,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from .mariadb import free_port, stop_process_group
+from .mariadb import PrivateServer, free_port, serve_until_interrupted, stop_process_group
 
 
 def spark_class() -> str:
@@ -34,7 +34,7 @@ def spark_class() -> str:
     return str(path)
 
 
-class PrivateSparkCluster:
+class PrivateSparkCluster(PrivateServer):
     def __init__(self, workers: int = 1, cores: int = 2, memory: str = "2g", base_dir: str | None = None) -> None:
         self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="airflow-cdc-spark-"))
         self.workers, self.cores, self.memory = workers, cores, memory
@@ -128,20 +128,10 @@ class PrivateSparkCluster:
         if not os.environ.get("AIRFLOW_CDC_KEEP_CLUSTER"):
             shutil.rmtree(self.base_dir, ignore_errors=True)
 
-    def __enter__(self) -> "PrivateSparkCluster":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.cleanup()
-
 
 def main() -> None:  # pragma: no cover - manual use
-    with PrivateSparkCluster() as c:
-        print(f"master {c.master_url}  UI {c.ui_url}  REST port {c.rest_port}  logs {c.base_dir}", flush=True)
-        try:
-            signal.pause()
-        except KeyboardInterrupt:
-            pass
+    serve_until_interrupted(PrivateSparkCluster(), lambda c: f"master {c.master_url}  UI {c.ui_url}  REST port "
+                                                                f"{c.rest_port}  logs {c.base_dir}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,86 @@
+"""Opt-in Spark Connect mode (issue 6): with ``spark.connect_conn_id`` the chunk tasks are sessions of a
+long-lived Spark Connect server instead of one spark-submit each. Same watermark job, same sinks, same
+exactly-once result; no password in the server's UI or event log."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+
+from airflow_cdc_provider.testing.airflow_run import run_dag
+from airflow_cdc_provider.testing.spark_connect import PrivateSparkConnect
+
+from .cdc_helpers import BackgroundWriter, jdbc_sink, sink_rows, source_rows, table_types, write_pipeline
+from .test_dag_e2e import make_shop
+
+
+@pytest.fixture(scope="module")
+def connect_server():
+    with PrivateSparkConnect(event_log=True, ui=True, driver_memory="1g") as server:
+        yield server
+
+
+def test_dag_chunks_on_spark_connect_then_stream(airflow_home, source_db, postgres, connect_server, tmp_path, spark):
+    env, dags, pipelines = airflow_home
+    make_shop(source_db, orders=6000, customers=300)
+    schema = f"s_{source_db.name}"
+    write_pipeline(pipelines, source_db, tmp_path, rows_per_task=2000, chunk_size=2000,
+                   sink=f"sink:\n  type: jdbc\n  conn_id: pg\n  schema: {schema}\n",
+                   extra="spark:\n  connect_conn_id: cdc_connect\n")
+    # the middle chunk of orders fails once on its first try: Airflow retries it on a new session
+    fault = {"point": "after_select", "action": "fail", "match": "orders:1", "once": str(tmp_path / "fault-once")}
+    env = {**env, "AIRFLOW_CONN_PG": postgres.connection_uri(), "AIRFLOW_CONN_CDC_CONNECT": connect_server.connection_uri(),
+           "AIRFLOW_CDC_FAULT": json.dumps(fault)}
+
+    with BackgroundWriter(source_db.server, source_db.name, key_space=6000, rate=200) as writer:
+        run1 = run_dag(env, dags, "shop_cdc", log_file=tmp_path / "run1.log")
+    assert run1["state"] == "success", run1
+    assert writer.ops > 20 and writer.error is None
+    chunks = [t for t in run1["tis"] if t["task_id"] == "snapshot_chunk"]
+    assert len(chunks) == 4 and (tmp_path / "fault-once").exists()
+    assert sorted(t["try_number"] for t in chunks) == [1, 1, 1, 2]  # the failed chunk, retried
+    log = (tmp_path / "run1.log").read_text(errors="replace")
+    assert log.count(f"chunk job on Spark Connect sc://127.0.0.1:{connect_server.port}") == 5, "4 chunks + 1 retry"
+    assert "airflow-cdc-snapshot" not in log  # no chunk went through spark-submit (its app name)
+
+    source_db.execute("UPDATE orders SET note = 'later' WHERE id <= 50")
+    source_db.execute("DELETE FROM customers WHERE `customer id` < 'c0010'")
+    run2 = run_dag(env, dags, "shop_cdc", log_file=tmp_path / "run2.log")
+    assert run2["state"] == "success", run2
+    secrets = {"source_password": source_db.settings.password, "sink_password": postgres.password}
+    for table in ("orders", "customers"):
+        got = sink_rows(spark, jdbc_sink(postgres, schema), secrets, table_types(source_db, table))
+        assert got == source_rows(source_db, table), table
+
+    # what the server logs and shows of our sessions: the statements (JDBC reads with their options) are
+    # there, the passwords are not; the event log keeps whole statements, so there they are redacted
+    events = [p for p in connect_server.event_log_dir.rglob("*") if p.is_file()]
+    text = b"".join(p.read_bytes() for p in events)
+    assert b"SparkListenerConnectOperationStarted" in text and b"__cdc_src" in text
+    assert b"*********(redacted)" in text  # the JDBC password options
+    with urllib.request.urlopen(f"{connect_server.ui_url}/connect/", timeout=10) as r:
+        ui = r.read()
+    assert b"format: &quot;jdbc&quot;" in ui
+    for name, secret in secrets.items():
+        assert secret.encode() not in text, f"{name} in the Connect server's event log"
+        assert secret.encode() not in ui, f"{name} in the Connect server's UI"
+
+
+def test_unreachable_connect_server_names_the_key_and_what_to_do(airflow_home, source_db, tmp_path):
+    from airflow_cdc_provider.testing.mariadb import free_port
+
+    env, dags, pipelines = airflow_home
+    source_db.execute("CREATE TABLE orders (id INT PRIMARY KEY, v INT NOT NULL, note VARCHAR(20))")
+    source_db.execute("INSERT INTO orders VALUES (1, 1, 'a')")
+    write_pipeline(pipelines, source_db, tmp_path, tables=("orders",), extra="spark:\n  connect_conn_id: gone\n")
+    port = free_port()  # nothing listens there
+    env = {**env, "AIRFLOW_CONN_GONE": json.dumps({"conn_type": "spark_connect", "host": "127.0.0.1", "port": port,
+                                                   "password": "connect-token-1234"})}
+    run = run_dag(env, dags, "shop_cdc", log_file=tmp_path / "run.log")
+    assert run["state"] == "failed"
+    log = (tmp_path / "run.log").read_text(errors="replace")
+    assert f"spark.connect_conn_id 'gone': cannot open a session on the Spark Connect server sc://127.0.0.1:{port}" in log
+    assert "remove spark.connect_conn_id" in log
+    assert "connect-token-1234" not in log
