@@ -1,6 +1,7 @@
 """Baseline: what a user would run instead of us: one spark-submit that reads a table over JDBC with 2
 partitions on the primary key and writes Parquet. Usage: plain_jdbc_reload.py URL TABLE LO HI OUT
-(the password comes from BENCH_PASSWORD, user from BENCH_USER)."""
+(the password comes from BENCH_PASSWORD, user from BENCH_USER). Run with plain Python and SPARK_REMOTE set,
+the same job runs as a client of that Spark Connect server."""
 
 import os
 import sys

@@ -9,7 +9,9 @@ PostgreSQL for the JDBC sink, Airflow (SQLite) running the real generated DAG wi
 
 * snapshot: the snapshot phase of the DAG (validate -> plan -> chunk tasks -> collect watermarks, from the
   first task's start to the last one's end) vs ``mariadb --quick`` and vs one plain spark-submit reading the
-  table over JDBC with 2 partitions and writing Parquet;
+  table over JDBC with 2 partitions and writing Parquet; then the same DAG with its chunk tasks on a
+  long-lived Spark Connect server (``spark.connect_conn_id``, opt-in; the server is started first and its
+  start-up reported on its own line), also against the same plain reload run through that server;
 * catch-up: the stream task applying the row changes of sysbench oltp_write_only (parquet and jdbc sinks) vs
   a bare python-mysql-replication loop that only decodes the same events;
 * latency: continuous mode at a fixed sysbench rate; commit-to-sink delay of probe rows (committed with a
@@ -49,6 +51,7 @@ from airflow_cdc_provider.testing.airflow_run import (  # noqa: E402
 from airflow_cdc_provider.testing.mariadb import PrivateMariaDB  # noqa: E402
 from airflow_cdc_provider.testing.postgres import PrivatePostgres  # noqa: E402
 from airflow_cdc_provider.testing.spark import spark_env, spark_submit_binary  # noqa: E402
+from airflow_cdc_provider.testing.spark_connect import PrivateSparkConnect  # noqa: E402
 from airflow_cdc_provider.testing.sysbench import sysbench  # noqa: E402
 
 CLI = str(Path(sys.executable).with_name("airflow-cdc"))
@@ -126,14 +129,16 @@ class Bench:
         migrate(self.env)
 
     # -- helpers -----------------------------------------------------------------------------------
-    def pipeline(self, dag_id: str, tables: list[str], sink: str = "parquet", stream: dict | None = None) -> Path:
+    def pipeline(self, dag_id: str, tables: list[str], sink: str = "parquet", stream: dict | None = None,
+                 spark: dict | None = None) -> Path:
         """A pipeline YAML with the default snapshot settings (what a user gets without tuning)."""
         sink_yaml = (f"sink:\n  type: parquet\n  path: {self.work / dag_id / 'sink'}\n" if sink == "parquet" else
                      f"sink:\n  type: jdbc\n  conn_id: bench_pg\n  schema: {dag_id}\n")
         p = self.work / "pipelines" / f"{dag_id}.yaml"
         p.write_text(f"dag_id: {dag_id}\nsource:\n  conn_id: bench_source\n  tables: {json.dumps(tables)}\n"
                      f"{sink_yaml}state:\n  path: {self.work / dag_id / 'state'}\n"
-                     f"stream: {json.dumps(stream or {'mode': 'available_now'})}\n")
+                     f"stream: {json.dumps(stream or {'mode': 'available_now'})}\n"
+                     + (f"spark: {json.dumps(spark)}\n" if spark else ""))
         return p
 
     def run(self, dag_id: str) -> dict:
@@ -160,7 +165,31 @@ class Bench:
             return current_offset(c)
 
     # -- scenarios ---------------------------------------------------------------------------------
-    def snapshot(self, rows: int, sampler: RssSampler | None = None) -> None:
+    def plain_reload(self, db: str, rows: int, out: str, remote: str | None = None) -> float:
+        """Seconds of the baseline: one plain spark-submit (or, with ``remote``, one Python client of that Spark
+        Connect server) reading ``db.sbtest1`` over JDBC with 2 partitions and writing Parquet."""
+        script = str(ROOT / "bench" / "plain_jdbc_reload.py")
+        args = [f"jdbc:mysql://127.0.0.1:{self.db.port}/?permitMysqlScheme", f"{db}.sbtest1", "1", str(rows),
+                str(self.work / out)]
+        cmd = ([sys.executable, script, *args] if remote else
+               [spark_submit_binary(), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+                "--jars", ",".join(default_jars()), script, *args])
+        env = {"BENCH_USER": self.settings.user, "BENCH_PASSWORD": self.settings.password,
+               **({"SPARK_REMOTE": remote} if remote else {})}
+        t = time.monotonic()
+        subprocess.run(cmd, env=spark_env(env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        return time.monotonic() - t
+
+    def snapshot_dag(self, dag_id: str) -> tuple[float, float, float, int, int]:
+        """Run a snapshot DAG: (snapshot phase, chunk task time, their watermark-window work, tasks, chunks)."""
+        res = self.run(dag_id)
+        tasks = [t for t in res["tis"] if t["task_id"] == "snapshot_chunk"]
+        reports = [r for k, v in res["xcom"].items() if k.startswith("snapshot_chunk[") for r in v]
+        windows = {(r["low_watermark"]["pos"], r["seconds"]) for r in reports}
+        return (self.span(res, SNAPSHOT_TASKS), sum(t["end"] - t["start"] for t in tasks),
+                sum(s for _, s in windows), len(tasks), len(reports))
+
+    def snapshot(self, rows: int, sampler: RssSampler | None = None, connect: bool = True) -> None:
         db = f"snap{rows}"
         print(f"\n== snapshot {rows} rows", flush=True)
         self.prepare(db, rows)
@@ -169,31 +198,40 @@ class Bench:
                         "-e", f"SELECT * FROM {db}.sbtest1"], env={**os.environ, "MYSQL_PWD": self.settings.password},
                        stdout=subprocess.DEVNULL, check=True)
         t_cli = time.monotonic() - t
-        t = time.monotonic()
-        subprocess.run(
-            [spark_submit_binary(), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-             "--jars", ",".join(default_jars()), str(ROOT / "bench" / "plain_jdbc_reload.py"),
-             f"jdbc:mysql://127.0.0.1:{self.db.port}/?permitMysqlScheme", f"{db}.sbtest1", "1", str(rows),
-             str(self.work / f"plain-{rows}")],
-            env=spark_env({"BENCH_USER": self.settings.user, "BENCH_PASSWORD": self.settings.password}),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-        t_plain = time.monotonic() - t
+        t_plain = self.plain_reload(db, rows, f"plain-{rows}")
         self.pipeline(db, [f"{db}.sbtest1"])
         with sampler or contextlib.nullcontext():
-            res = self.run(db)
-        ours = self.span(res, SNAPSHOT_TASKS)
-        tasks = [t for t in res["tis"] if t["task_id"] == "snapshot_chunk"]
-        task_time = sum(t["end"] - t["start"] for t in tasks)
-        reports = [r for k, v in res["xcom"].items() if k.startswith("snapshot_chunk[") for r in v]
-        windows = {(r["low_watermark"]["pos"], r["seconds"]) for r in reports}
-        spark_work = sum(s for _, s in windows)
+            ours, task_time, spark_work, tasks, chunks = self.snapshot_dag(db)
         self.results.add(f"snapshot {rows:,} rows vs plain Spark JDBC->Parquet", f"{ours:.1f} s", f"{t_plain:.1f} s",
                          f"{ours / t_plain:.2f}x time", "<= 1.2x")
         self.results.add(f"snapshot {rows:,} rows vs mariadb --quick > /dev/null", f"{ours:.1f} s", f"{t_cli:.1f} s",
                          f"{ours / t_cli:.2f}x time", "(reference)")
-        self.results.add(f"snapshot {rows:,} rows: {len(tasks)} chunk task(s), {len(reports)} chunks; task time "
+        self.results.add(f"snapshot {rows:,} rows: {tasks} chunk task(s), {chunks} chunks; task time "
                          "over its watermark-window work", f"{task_time:.1f} s", f"{spark_work:.1f} s",
                          f"+{(task_time / spark_work - 1) * 100:.0f}%", "<= +10%")
+        if connect:
+            self.snapshot_on_connect(db, rows, t_plain)
+
+    def snapshot_on_connect(self, db: str, rows: int, t_plain: float) -> None:
+        """The same snapshot with ``spark.connect_conn_id``: chunk tasks are sessions of a long-lived Spark
+        Connect server (local[2], as the embedded default) started here, before the DAG, as a user's would be."""
+        t = time.monotonic()
+        with PrivateSparkConnect(base_dir=str(self.work / f"connect-{rows}")) as server:
+            t_start = time.monotonic() - t
+            self.env["AIRFLOW_CONN_BENCH_CONNECT"] = server.connection_uri()
+            t_warm = self.plain_reload(db, rows, f"plain-connect-{rows}", remote=server.url)
+            self.pipeline(f"{db}_connect", [f"{db}.sbtest1"], spark={"connect_conn_id": "bench_connect"})
+            ours, task_time, spark_work, tasks, chunks = self.snapshot_dag(f"{db}_connect")
+        self.results.add(f"snapshot {rows:,} rows, chunk tasks on Spark Connect (opt-in) vs plain Spark "
+                         "JDBC->Parquet (spark-submit)", f"{ours:.1f} s", f"{t_plain:.1f} s",
+                         f"{ours / t_plain:.2f}x time", "<= 1.2x")
+        self.results.add("  same vs the plain reload run through the same Connect server", f"{ours:.1f} s",
+                         f"{t_warm:.1f} s", f"{ours / t_warm:.2f}x time", "(reference)")
+        self.results.add(f"  same: {tasks} chunk task(s), {chunks} chunks; task time over its watermark-window "
+                         "work", f"{task_time:.1f} s", f"{spark_work:.1f} s",
+                         f"+{(task_time / spark_work - 1) * 100:.0f}%", "<= +10%")
+        self.results.add("  Spark Connect server start (once per server, not per run)", f"{t_start:.1f} s", "-", "-",
+                         "-")
 
     def catchup(self, changes: int, sinks=("parquet", "jdbc"), sampler: RssSampler | None = None) -> None:
         """``sampler`` (if any) watches the last sink's catch-up."""
@@ -351,6 +389,7 @@ def main() -> int:
     ap.add_argument("--latency-seconds", type=int, default=60)
     ap.add_argument("--memory-changes", type=int, default=1_000_000, help="row changes of the memory catch-up")
     ap.add_argument("--only", default="snapshot,catchup,latency,memory")
+    ap.add_argument("--no-connect", action="store_true", help="skip the snapshot on a Spark Connect server")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     args = ap.parse_args()
     only = set(args.only.split(","))
@@ -366,7 +405,7 @@ def main() -> int:
             if "snapshot" in only or memory:
                 for rows in sizes:
                     sampler = RssSampler() if memory else None
-                    bench.snapshot(rows, sampler)
+                    bench.snapshot(rows, sampler, connect="snapshot" in only and not args.no_connect)
                     if sampler is not None:
                         bench.results.add(f"memory, snapshot of {rows:,} rows: peak RSS JVM / Python",
                                           f"{mib(sampler.peak_jvm)} / {mib(sampler.peak_python)}", "-", "-",
