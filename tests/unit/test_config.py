@@ -36,6 +36,8 @@ def test_good_file_loads_with_defaults(tmp_path):
         (GOOD + "stream: {mode: sometimes}\n", "pipe.yaml: stream.mode: 'sometimes' is not allowed (allowed: available_now, continuous)"),
         (GOOD + "stream: {max_rows_per_batch: 5000}\n",
          "pipe.yaml: stream.max_rows_per_batch: replaced by stream.max_batch_bytes (binlog bytes per micro-batch"),
+        (GOOD + "spark: {connect_conn_id: 15002}\n", "pipe.yaml: spark.connect_conn_id: must be a string, got int 15002"),
+        (GOOD + "spark: {conect_conn_id: x}\n", "pipe.yaml: spark.conect_conn_id: unknown key (did you mean 'connect_conn_id'?"),
         (GOOD.replace("[shop.orders]", "[]"), "pipe.yaml: source.tables: must be a non-empty list"),
         ("source: [1, 2\n", "pipe.yaml:2:1: invalid YAML"),
         ("- just a list\n", "pipe.yaml: the file must contain a mapping"),
