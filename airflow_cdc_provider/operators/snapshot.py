@@ -102,6 +102,10 @@ class SnapshotChunkOperator(CdcSparkSubmitOperator):
                     "spark.connect_conn_id to run each chunk task with spark-submit") from None
             self._connect_session = spark
             self.log.info("chunk job on Spark Connect %s (session %s)", where, spark.session_id)
+            ignored = sorted(k for k in (self.conf or {}) if not k.startswith("spark.sql."))
+            if ignored:
+                self.log.warning("spark.conf %s: the Spark Connect server's own settings apply, not these (only "
+                                 "spark.sql.* keys become session settings)", ", ".join(ignored))
             try:
                 run_snapshot(spark, spec, pipeline.secrets)
             finally:
