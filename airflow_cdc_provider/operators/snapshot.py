@@ -84,7 +84,7 @@ class SnapshotChunkOperator(CdcSparkSubmitOperator):
         from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 
         from ..deploy import package_archive
-        from ..spark.session import connect_session
+        from ..spark.session import connect_session, session_conf
         from ..spark.snapshot import run_snapshot
 
         url = SparkConnectHook(self.connect_conn_id).get_connection_url()
@@ -102,7 +102,7 @@ class SnapshotChunkOperator(CdcSparkSubmitOperator):
                     "spark.connect_conn_id to run each chunk task with spark-submit") from None
             self._connect_session = spark
             self.log.info("chunk job on Spark Connect %s (session %s)", where, spark.session_id)
-            ignored = sorted(k for k in (self.conf or {}) if not k.startswith("spark.sql."))
+            ignored = sorted(set(self.conf or {}) - set(session_conf(self.conf)))
             if ignored:
                 self.log.warning("spark.conf %s: the Spark Connect server's own settings apply, not these (only "
                                  "spark.sql.* keys become session settings)", ", ".join(ignored))

@@ -28,10 +28,10 @@ BASE_CONF = {
     "spark.sql.shuffle.partitions": "8",
 }
 
-# Spark Connect shows every statement's plan in the server's UI and event log, JDBC options included; this
-# session conf redacts the values of ``password`` options there (their keys are what the regex matches).
 DEFAULT_CONNECT_PORT = 15002
 _CONNECT_ENV = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")
+# Spark Connect shows every statement's plan in the server's UI and event log, JDBC options included; this
+# session conf redacts the values of ``password`` options there (their keys are what the regex matches).
 SECRET_REDACTION_REGEX = r'(?i)(key: "[a-z._]*password"\s*value: )"(?:[^"\\]|\\.)*"'
 
 
@@ -62,6 +62,12 @@ def is_connect(spark) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
+def session_conf(conf: Mapping[str, Any] | None) -> dict[str, str]:
+    """The settings a Spark Connect session may set for a job: ``BASE_CONF`` and ``conf``, SQL settings only
+    (the others are the server's)."""
+    return {k: str(v) for k, v in {**BASE_CONF, **dict(conf or {})}.items() if k.startswith("spark.sql.")}
+
+
 def default_parallelism(spark) -> int:
     """How many tasks a read should be split into: the SparkContext's default parallelism. A Connect client
     cannot ask for it; Spark splits a ``range`` by it when it analyses the plan, so the plan says it (no job
@@ -71,7 +77,8 @@ def default_parallelism(spark) -> int:
     from pyspark.sql import functions as F
 
     probe = spark.range(0, 1 << 16)
-    m = re.search(r"Range \(0, 65536, step=1, splits=(\d+)\)", probe._explain_string(extended=False))
+    explain = getattr(probe, "_explain_string", None)  # pyspark-internal: the fallback covers its absence
+    m = re.search(r"Range \(0, 65536, step=1, splits=(\d+)\)", explain(extended=False)) if explain else None
     if m:
         return int(m.group(1))
     return int(probe.select(F.spark_partition_id().alias("p")).agg(F.max("p")).first()[0]) + 1
@@ -90,9 +97,8 @@ def check_reachable(url: str, timeout: float = 10.0) -> None:
 
 @contextlib.contextmanager
 def connect_session(url: str, conf: Mapping[str, Any] | None = None, artifacts: list[str] | None = None):
-    """A new session on the Spark Connect server at ``url`` (``sc://host:port/;token=...``) with the job
-    settings of ``BASE_CONF`` that a session may set (SQL settings; the rest belong to the server) and
-    ``conf``; ``artifacts`` (Python archives) go to the session so that its executors can import them.
+    """A new session on the Spark Connect server at ``url`` (``sc://host:port/;token=...``) with
+    ``session_conf(conf)``; ``artifacts`` (Python archives) go to the session so that its executors can import them.
 
     pyspark marks the whole process as a Connect client in its environment (``SPARK_CONNECT_MODE_ENABLED``)
     and leaves the mark after ``stop()``; a spark-submit started later from this process (the stream task
@@ -107,9 +113,8 @@ def connect_session(url: str, conf: Mapping[str, Any] | None = None, artifacts: 
         try:
             # first, before any plan carries a password
             spark.conf.set("spark.sql.redaction.string.regex", SECRET_REDACTION_REGEX)
-            for k, v in {**BASE_CONF, **dict(conf or {})}.items():
-                if re.match(r"spark\.sql\.", k):
-                    spark.conf.set(k, str(v))
+            for k, v in session_conf(conf).items():
+                spark.conf.set(k, v)
             if artifacts:
                 spark.addArtifacts(*artifacts, pyfile=True)
             yield spark

@@ -12,13 +12,12 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-from ..spark.session import default_jars
+from ..spark.session import check_reachable, default_jars
 from .mariadb import PrivateServer, free_port, serve_until_interrupted, stop_process_group
 from .spark import spark_env, spark_submit_binary
 
@@ -79,9 +78,9 @@ class PrivateSparkConnect(PrivateServer):
                 raise RuntimeError(f"the Spark Connect server exited with {self._proc.returncode}: see "
                                    f"{self.base_dir / 'server.log'}")
             try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                check_reachable(self.url, timeout=1)
                 return self
-            except OSError:
+            except ConnectionError:
                 time.sleep(0.3)
         self.stop()
         raise RuntimeError(f"the Spark Connect server did not listen within {timeout}s: see {self.base_dir}/server.log")
