@@ -83,6 +83,7 @@ def build_dag(path: str | Path):
     cfg = load_config(path)
     config = str(Path(path).resolve())
     spark = spark_kwargs(cfg)
+    connect_conn_id = cfg.section("spark").get("connect_conn_id")  # opt-in: chunk tasks and available_now streams
     with DAG(
         dag_id=cfg.dag_id,
         description=cfg.raw.get("description"),
@@ -99,12 +100,12 @@ def build_dag(path: str | Path):
         plan = PlanChunksOperator(task_id="plan_chunks", config=config)
         snapshot = SnapshotChunkOperator.partial(
             task_id="snapshot_chunk", config=config, max_active_tis_per_dagrun=cfg.snapshot.max_active_chunks,
-            map_index_template=CHUNK_LABEL_TEMPLATE, connect_conn_id=cfg.section("spark").get("connect_conn_id"),
+            map_index_template=CHUNK_LABEL_TEMPLATE, connect_conn_id=connect_conn_id,
             **spark,
         ).expand(chunk=plan.output)
         collect = CollectWatermarksOperator(task_id="collect_watermarks", config=config, trigger_rule="none_failed")
         retention = BinlogRetentionSensor(task_id="binlog_retention", config=config)
-        stream = BinlogStreamOperator(task_id="stream", config=config,
+        stream = BinlogStreamOperator(task_id="stream", config=config, connect_conn_id=connect_conn_id,
                                       deferrable=cfg.section("stream").get("deferrable", True), **spark)
         validate >> plan >> snapshot >> collect >> retention >> stream
     return dag

@@ -13,7 +13,8 @@ PostgreSQL for the JDBC sink, Airflow (SQLite) running the real generated DAG wi
   long-lived Spark Connect server (``spark.connect_conn_id``, opt-in; the server is started first and its
   start-up reported on its own line), also against the same plain reload run through that server;
 * catch-up: the stream task applying the row changes of sysbench oltp_write_only (parquet and jdbc sinks) vs
-  a bare python-mysql-replication loop that only decodes the same events;
+  a bare python-mysql-replication loop that only decodes the same events; then the same with the stream
+  task on a long-lived Spark Connect server (``spark.connect_conn_id``, opt-in; the server started first);
 * latency: continuous mode at a fixed sysbench rate; commit-to-sink delay of probe rows (committed with a
   client timestamp, seen in the sink by a 50 ms poller), p50/p99;
 * memory: peak RSS of the Spark driver (JVM) and the Python processes (driver + workers), sampled every 0.2 s
@@ -233,38 +234,48 @@ class Bench:
         self.results.add("  Spark Connect server start (once per server, not per run)", f"{t_start:.1f} s", "-", "-",
                          "-")
 
-    def catchup(self, changes: int, sinks=("parquet", "jdbc"), sampler: RssSampler | None = None) -> None:
-        """``sampler`` (if any) watches the last sink's catch-up."""
+    def catchup(self, changes: int, sinks=("parquet", "jdbc"), sampler: RssSampler | None = None,
+                connect: bool = False) -> None:
+        """``sampler`` (if any) watches the last sink's catch-up. ``connect``: the same catch-up also with the
+        stream task on a long-lived Spark Connect server (``spark.connect_conn_id``), started before the runs."""
         db = f"cu{changes}"
         print(f"\n== stream catch-up of {changes} row changes", flush=True)
         self.prepare(db, 100_000)
-        for sink in sinks:
-            self.pipeline(f"{db}_{sink}", [f"{db}.sbtest1"], sink=sink,
-                          stream={"mode": "available_now"})
-            self.run(f"{db}_{sink}")  # snapshot + an empty stream
-        start = self.offset()
-        t = time.monotonic()
-        events = changes // CHANGES_PER_EVENT
-        sysbench(self.db, db, "run", 100_000, "--threads=2", "--time=0", f"--events={events}")
-        end = self.offset()
-        print(f"  sysbench: {events} transactions in {time.monotonic() - t:.0f}s", flush=True)
-        decoded, t_decode = bare_decode(self.settings, start, end, db)
-        print(f"  bare python-mysql-replication decode: {decoded} rows in {t_decode:.1f}s", flush=True)
-        for sink in sinks:
-            with (sampler if sink == sinks[-1] and sampler else contextlib.nullcontext()):
-                res = self.run(f"{db}_{sink}")
-            stream = next(t for t in res["tis"] if t["task_id"] == "stream")
-            t_stream = stream["end"] - stream["start"]
-            emitted = res["xcom"]["stream[-1]"]["rows_emitted"]
-            self.results.add(f"catch-up {emitted:,} changes -> {sink} (stream task) vs bare decoder",
-                             f"{emitted / t_stream:,.0f} rows/s", f"{decoded / t_decode:,.0f} rows/s",
-                             f"{(emitted / t_stream) / (decoded / t_decode):.2f}x throughput", ">= 1.5x")
-            steady = steady_throughput(self.work / f"{db}_{sink}.log")
-            if steady is not None:
-                rows, seconds, batches = steady
-                self.results.add(f"  same, batches after the first ({batches} batches, {rows:,} rows; no start-up)",
-                                 f"{rows / seconds:,.0f} rows/s", f"{decoded / t_decode:,.0f} rows/s",
-                                 f"{(rows / seconds) / (decoded / t_decode):.2f}x throughput", "(steady state)")
+        with contextlib.ExitStack() as stack:
+            variants = [(sink, f"{db}_{sink}", None) for sink in sinks]
+            if connect:
+                server = stack.enter_context(PrivateSparkConnect(base_dir=str(self.work / f"connect-{db}")))
+                self.env["AIRFLOW_CONN_BENCH_CONNECT"] = server.connection_uri()
+                variants += [(sink, f"{db}_{sink}_connect", {"connect_conn_id": "bench_connect"}) for sink in sinks]
+            for sink, dag_id, spark in variants:
+                self.pipeline(dag_id, [f"{db}.sbtest1"], sink=sink, stream={"mode": "available_now"}, spark=spark)
+                self.run(dag_id)  # snapshot + an empty stream
+            start = self.offset()
+            t = time.monotonic()
+            events = changes // CHANGES_PER_EVENT
+            sysbench(self.db, db, "run", 100_000, "--threads=2", "--time=0", f"--events={events}")
+            end = self.offset()
+            print(f"  sysbench: {events} transactions in {time.monotonic() - t:.0f}s", flush=True)
+            decoded, t_decode = bare_decode(self.settings, start, end, db)
+            print(f"  bare python-mysql-replication decode: {decoded} rows in {t_decode:.1f}s", flush=True)
+            base = f"{decoded / t_decode:,.0f} rows/s"
+            for sink, dag_id, spark in variants:
+                watched = sampler if (sink, spark) == (sinks[-1], None) else None
+                with watched or contextlib.nullcontext():
+                    res = self.run(dag_id)
+                stream = next(t for t in res["tis"] if t["task_id"] == "stream")
+                t_stream = stream["end"] - stream["start"]
+                emitted = res["xcom"]["stream[-1]"]["rows_emitted"]
+                where = "stream task on Spark Connect (opt-in)" if spark else "stream task"
+                self.results.add(f"catch-up {emitted:,} changes -> {sink} ({where}) vs bare decoder",
+                                 f"{emitted / t_stream:,.0f} rows/s", base,
+                                 f"{(emitted / t_stream) / (decoded / t_decode):.2f}x throughput", ">= 1.5x")
+                steady = steady_throughput(self.work / f"{dag_id}.log")  # spark-submit's log is in the task's
+                if steady is not None:
+                    rows, seconds, batches = steady
+                    self.results.add(f"  same, batches after the first ({batches} batches, {rows:,} rows; no start-up)",
+                                     f"{rows / seconds:,.0f} rows/s", base,
+                                     f"{(rows / seconds) / (decoded / t_decode):.2f}x throughput", "(steady state)")
 
     def latency(self, seconds: int, rate: int = 500) -> None:
         db = "lat"
@@ -389,7 +400,8 @@ def main() -> int:
     ap.add_argument("--latency-seconds", type=int, default=60)
     ap.add_argument("--memory-changes", type=int, default=1_000_000, help="row changes of the memory catch-up")
     ap.add_argument("--only", default="snapshot,catchup,latency,memory")
-    ap.add_argument("--no-connect", action="store_true", help="skip the snapshot on a Spark Connect server")
+    ap.add_argument("--no-connect", action="store_true",
+                    help="skip the snapshot and the catch-up with their tasks on a Spark Connect server")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     args = ap.parse_args()
     only = set(args.only.split(","))
@@ -414,7 +426,8 @@ def main() -> int:
                 if not wanted:
                     continue
                 sampler = RssSampler() if memory else None
-                bench.catchup(changes, sinks=("parquet", "jdbc") if "catchup" in only else ("parquet",), sampler=sampler)
+                bench.catchup(changes, sinks=("parquet", "jdbc") if "catchup" in only else ("parquet",), sampler=sampler,
+                              connect=changes == args.changes and "catchup" in only and not args.no_connect)
                 if sampler is not None:
                     bench.results.add(f"memory, catch-up of {changes:,} changes: peak RSS JVM / Python",
                                       f"{mib(sampler.peak_jvm)} / {mib(sampler.peak_python)}", "-", "-",

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any, Sequence
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -81,39 +80,17 @@ class SnapshotChunkOperator(CdcSparkSubmitOperator):
 
     def run_on_connect(self, pipeline, spec) -> None:
         """The chunk job in this process, on a new session of the ``connect_conn_id`` server."""
-        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
-
         from ..deploy import package_archive
-        from ..spark.session import connect_session, session_conf
         from ..spark.snapshot import run_snapshot
+        from ._connect import job_session
 
-        url = SparkConnectHook(self.connect_conn_id).get_connection_url()
-        where = url.split("/;", 1)[0]  # without the token
         # the jdbc sink writes from the executors' Python: they import this package from the session
         artifacts = [str(package_archive(pipeline.state.local_dir("dist")))] if pipeline.sink.type == "jdbc" else []
-        with contextlib.ExitStack() as stack:
-            try:
-                spark = stack.enter_context(connect_session(url, conf=self.conf, artifacts=artifacts))
-            except Exception as exc:  # noqa: BLE001 - gRPC errors of every kind mean the same to the user
-                raise RuntimeError(
-                    f"spark.connect_conn_id {self.connect_conn_id!r}: cannot open a session on the Spark Connect "
-                    f"server {where} ({type(exc).__name__}: {str(exc).splitlines()[0][:300]}); start the server "
-                    "(spark-submit --class org.apache.spark.sql.connect.service.SparkConnectServer) or remove "
-                    "spark.connect_conn_id to run each chunk task with spark-submit") from None
-            self._connect_session = spark
-            self.log.info("chunk job on Spark Connect %s (session %s)", where, spark.session_id)
-            ignored = sorted(set(self.conf or {}) - set(session_conf(self.conf)))
-            if ignored:
-                self.log.warning("spark.conf %s: the Spark Connect server's own settings apply, not these (only "
-                                 "spark.sql.* keys become session settings)", ", ".join(ignored))
-            try:
-                run_snapshot(spark, spec, pipeline.secrets)
-            finally:
-                self._connect_session = None
+        with job_session(self, self.connect_conn_id, self.conf, artifacts, "chunk job") as spark:
+            run_snapshot(spark, spec, pipeline.secrets)
 
     def on_kill(self) -> None:
-        spark = self._connect_session
-        if spark is None:
+        from ._connect import interrupt
+
+        if not interrupt(self):  # on Connect the server stops the session's jobs; execute() then ends it
             super().on_kill()
-            return
-        spark.interruptAll()  # the server stops the session's running Spark jobs; execute() then ends it

@@ -26,7 +26,10 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
     """Run ``binlog_stream.py`` for the pipeline (seeded by collect_watermarks, resumed from its checkpoint).
 
     ``available_now`` (YAML ``stream.mode``): the job catches up to the position current at its start and
-    exits; the task fails on a non-zero exit.
+    exits; the task fails on a non-zero exit. With ``connect_conn_id`` (an Airflow ``spark_connect``
+    connection; opt-in, as for the chunk tasks) it runs in the task's process as a session of that server
+    instead of a spark-submit: no JVM start, the binlog reads and the sink writes in the server's Python
+    workers. The server must reach the source, the sink and the state path.
 
     ``continuous``: the job is started detached (pid, host and log in XCom key ``stream_launch`` and in the
     state store; in standalone cluster deploy mode the driver id and the master's REST URL), and once it is
@@ -37,13 +40,13 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
     job gracefully (``on_kill`` of the operator, or of the trigger while deferred).
     """
 
-    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "config")
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "config", "connect_conn_id")
     ui_color = "#f3e8fd"
     operator_extra_links = (SparkUILink(),)
     job = "binlog_stream"
 
     def __init__(self, *, config: str, heartbeat_timeout: float | None = None, poll_interval: float = 5.0,
-                 deferrable: bool = True, **kwargs: Any) -> None:
+                 deferrable: bool = True, connect_conn_id: str | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("durable", False)
         kwargs.setdefault("name", "airflow-cdc-stream")
         super().__init__(**kwargs)
@@ -51,6 +54,9 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
         self.heartbeat_timeout = heartbeat_timeout
         self.poll_interval = poll_interval
         self.deferrable = deferrable
+        self.connect_conn_id = connect_conn_id
+        self._connect_session = None
+        self._connect_job = None
         self._launched: dict[str, Any] = {}
         self._state = None
 
@@ -78,17 +84,39 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
         self._launch_id = uuid.uuid4().hex
         spec.stream = {**spec.stream, "launch_id": self._launch_id}
         spec_path = p.state.write_spec("binlog_stream.json", spec.to_json())
-        target = self.configure_job(p, spec_path)
         p.state.clear_stop()
-        if (p.stream.get("mode") or "available_now") == "available_now":
+        mode = p.stream.get("mode") or "available_now"
+        if mode == "available_now" and self.connect_conn_id:
+            self.run_on_connect(p, spec)
+        elif mode == "available_now":
+            self.configure_job(p, spec_path)
             try:
                 super().execute(context)
             finally:
                 self.release_secrets()
+        if mode == "available_now":
             status = p.state.read_status() or {}
             context["ti"].xcom_push(key=SPARK_UI_XCOM_KEY, value=status.get("ui_url") or "")
             return self._ended(p, StreamHealth("ended", "", status))
-        return self._run_continuous(context, p, target)
+        if self.connect_conn_id:
+            self.log.info("stream.mode continuous: the stream runs with spark-submit, not on Spark Connect %r "
+                          "(a Connect session lasts only as long as its task's process)", self.connect_conn_id)
+        return self._run_continuous(context, p, self.configure_job(p, spec_path))
+
+    def run_on_connect(self, pipeline, spec) -> None:
+        """The ``available_now`` stream job in this process, on a new session of the ``connect_conn_id`` server."""
+        from ..deploy import package_archive
+        from ..spark.stream import StreamJob
+        from ._connect import job_session
+
+        # the source's reads and the foreachBatch writer run in the server's Python workers: they import this package
+        artifacts = [str(package_archive(pipeline.state.local_dir("dist")))]
+        with job_session(self, self.connect_conn_id, self.conf, artifacts, "stream job") as spark:
+            self._connect_job = StreamJob(spark, spec, pipeline.secrets)
+            try:
+                self._connect_job.run()
+            finally:
+                self._connect_job = None
 
     # -- continuous ---------------------------------------------------------------------------------
     def _timeout(self, p) -> float:
@@ -188,7 +216,9 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
             self._state.delete(self._state.LAUNCH)
 
     def on_kill(self) -> None:
-        if self._launched:
+        if self._connect_job is not None:  # on Connect: the job's loop stops the query, execute() then ends
+            self._connect_job.request_stop()
+        elif self._launched:
             self._terminate(self._launched)
         else:
             super().on_kill()

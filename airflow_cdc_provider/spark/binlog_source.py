@@ -23,6 +23,7 @@ library's table filter). ``ts_ms`` stays in offsets for old checkpoints; the lag
 
 from __future__ import annotations
 
+import gc
 import json
 from typing import Any, Iterator
 
@@ -228,9 +229,18 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from ..mysql.binlog import read_changes_between
 
         self._setup()
-        records = list(read_changes_between(self.settings, self._server_id(index), BinlogOffset.from_dict(start),
-                                            BinlogOffset.from_dict(stop), self.schemas))
-        return self._emit(records)
+        # A segment decodes into a few hundred thousand small objects without reference cycles; the cyclic
+        # garbage collector would walk them again and again while they pile up (6-9% of the decode, measured
+        # on 60k sysbench changes in one process).
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            records = list(read_changes_between(self.settings, self._server_id(index), BinlogOffset.from_dict(start),
+                                                BinlogOffset.from_dict(stop), self.schemas))
+            return self._emit(records)
+        finally:
+            if collecting:
+                gc.enable()
 
     def _server_id(self, index: int) -> int:
         """The stream's own id plus ``1 + index``, wrapped inside the connection's ``server_id_range``."""

@@ -8,6 +8,10 @@ Modes: ``available_now`` catches up to the position current at start and exits 0
 a processing-time trigger until SIGTERM/SIGINT or a stop request in the state store, then stops gracefully.
 After every batch (and every few seconds while idle) the job writes ``stream/status.json``: ``last_offset``,
 ``lag_seconds``, ``rows_emitted``, ``updated_at``, ``batch_id``, ``state``, ``pid``.
+
+On a Spark Connect session (``spark.connect_conn_id``, ``available_now`` only) the same job runs in the
+Airflow task's process: the source's reads and the ``foreachBatch`` function (``BatchWriter``, pickled) run
+in Python processes of the server, so the writer publishes its totals to the state store for the status.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import os
 import signal
 import threading
 import time
+from typing import Any
 
 from ..core.chunks import TableId
 from ..faults import FaultSwitch
@@ -29,11 +34,20 @@ from ..mysql.types import TableSinkTypes
 from ..sinks import META_COLUMNS, SinkConfig
 from ..state import StateStore
 from .binlog_source import image_column, source_class_with, source_schema
+from .session import default_parallelism, is_connect
 from .sinks import spark_sink
 
 log = logging.getLogger("airflow_cdc.stream")
 IDLE_HEARTBEAT_SECONDS = 5.0
 STOP_GRACE_SECONDS = 90
+BATCH_TOTALS = "stream/batch_totals.json"  # BatchWriter.totals(), published on Spark Connect
+
+
+def application_info(spark) -> dict[str, str | None]:
+    """The Spark application's id and UI address, for the status (a Connect client sees only the id)."""
+    if is_connect(spark):
+        return {"app_id": spark.conf.get("spark.app.id", None), "ui_url": None}
+    return {"app_id": spark.sparkContext.applicationId, "ui_url": spark.sparkContext.uiWebUrl}
 
 
 class _GracefulStopHook:
@@ -75,39 +89,41 @@ def _remove_stop_hook(spark, hook) -> None:
         log.debug("shutdown hook not removed: %s", exc)
 
 
-class StreamJob:
-    def __init__(self, spark, spec: JobSpec, secrets: dict[str, str]) -> None:
-        t0 = time.monotonic()
-        self.spark = spark
-        self.spec = spec
+class BatchWriter:
+    """The ``foreachBatch`` function: one micro-batch, split by table, into the sink.
+
+    Picklable by design: on Spark Connect it runs in a Python process of the server, which has none of the
+    job's objects; it builds its sink from the batch's own session. ``publish`` (Connect) writes its totals
+    to the state store after each batch, where the job's status loop reads them."""
+
+    def __init__(self, spec: JobSpec, secrets: dict[str, str], types: dict[str, TableSinkTypes],
+                 image_columns: dict[str, str], publish: bool = False) -> None:
+        self.sink_config = dict(spec.sink)
         self.secrets = secrets
-        self.store = StateStore(spec.state_path)
-        self.sink = spark_sink(spark, SinkConfig.from_dict(spec.sink), secrets)
+        self.types = types
+        self.image_columns = image_columns
         self.faults = FaultSwitch(spec.fault)
-        self.mode = spec.stream.get("mode") or "available_now"
+        self.state_path = spec.state_path
+        self.publish = publish
         self.rows_emitted = 0
         self.batches = 0
         self.last_batch_id: int | None = None
         self.last_event_ms = 0  # commit time of the newest change written (for the lag while behind)
-        self._stop = threading.Event()
-        self._done = threading.Event()
-        settings = spec.source_settings(secrets)
-        with contextlib.closing(connect(settings)) as conn:
-            self.types = {
-                str(t): TableSinkTypes.of(load_schema(conn, TableId.parse(t), (o or {}).get("chunk_key")))
-                for t, o in spec.tables.items()
-            }
-        self.order = sorted(self.types)  # table i's rows carry their values in the source's image_<i>
-        self.image_columns = {t: image_column(i) for i, t in enumerate(self.order)}
-        for types in self.types.values():
-            self.sink.prepare(types)
-        log.info("stream job set up in %.2fs (%d tables)", time.monotonic() - t0, len(self.types))
+        self._sink = None
 
-    # -- one micro-batch -----------------------------------------------------------------------------
-    def process_batch(self, batch_df, batch_id: int) -> None:
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_sink": None}
+
+    def totals(self) -> dict[str, Any]:
+        return {"rows_emitted": self.rows_emitted, "batches": self.batches, "batch_id": self.last_batch_id,
+                "last_event_ms": self.last_event_ms}
+
+    def __call__(self, batch_df, batch_id: int) -> None:
         from pyspark.sql import functions as F
 
         t0 = time.monotonic()
+        if self._sink is None:
+            self._sink = spark_sink(batch_df.sparkSession, SinkConfig.from_dict(self.sink_config), self.secrets)
         batch_df = batch_df.persist()
         try:
             stats = batch_df.groupBy("table").agg(F.count("*"), F.max("ts_ms")).collect()
@@ -119,7 +135,7 @@ class StreamJob:
                 meta = [F.col(src).cast(kind).alias(name) for src, (name, kind) in
                         zip(("op", "ts_ms", "file_seq", "pos", "row"), META_COLUMNS)]
                 data = batch_df.filter(F.col("table") == table).select(f"{self.image_columns[table]}.*", *meta)
-                self.sink.write_changes(data, types, batch_id, lambda: self.faults.hit("mid_sink_write", f"{table} batch {batch_id}"))
+                self._sink.write_changes(data, types, batch_id, lambda: self.faults.hit("mid_sink_write", f"{table} batch {batch_id}"))
                 if i == 0:
                     self.faults.hit("mid_batch", f"batch {batch_id}")
             self.rows_emitted += sum(counts.values())
@@ -127,8 +143,42 @@ class StreamJob:
             self.last_batch_id = batch_id
             log.info("batch %d: %d rows read in %.2fs, written in %.2fs", batch_id, sum(counts.values()), t_read,
                      time.monotonic() - t0 - t_read)
+            if self.publish:
+                StateStore(self.state_path).write_json(BATCH_TOTALS, self.totals())
         finally:
             batch_df.unpersist()
+
+
+class StreamJob:
+    def __init__(self, spark, spec: JobSpec, secrets: dict[str, str]) -> None:
+        t0 = time.monotonic()
+        self.spark = spark
+        self.spec = spec
+        self.secrets = secrets
+        self.store = StateStore(spec.state_path)
+        self.connect = is_connect(spark)
+        sink = spark_sink(spark, SinkConfig.from_dict(spec.sink), secrets)
+        self.mode = spec.stream.get("mode") or "available_now"
+        self._stop = threading.Event()
+        self._done = threading.Event()
+        settings = spec.source_settings(secrets)
+        with contextlib.closing(connect(settings)) as conn:
+            self.types = {
+                str(t): TableSinkTypes.of(load_schema(conn, TableId.parse(t), (o or {}).get("chunk_key")))
+                for t, o in spec.tables.items()
+            }
+        self.order = sorted(self.types)  # table i's rows carry their values in the source's image_<i>
+        for types in self.types.values():
+            sink.prepare(types)
+        self.writer = BatchWriter(spec, secrets, self.types, {t: image_column(i) for i, t in enumerate(self.order)},
+                                  publish=self.connect)
+        log.info("stream job set up in %.2fs (%d tables)", time.monotonic() - t0, len(self.types))
+
+    def totals(self) -> dict[str, Any]:
+        """The writer's totals: its own (same process) or, on Connect, what it last published."""
+        if not self.connect:
+            return self.writer.totals()
+        return {**self.writer.totals(), **(self.store.read_json(BATCH_TOTALS) or {})}
 
     # -- status --------------------------------------------------------------------------------------
     def write_status(self, query, state: str) -> None:
@@ -139,9 +189,10 @@ class StreamJob:
             if isinstance(end, str):
 
                 end = json.loads(end)
+        totals = self.totals()
         lag = 0.0
-        if end and end.get("behind") and self.last_event_ms:
-            lag = max(0.0, time.time() - self.last_event_ms / 1000.0)
+        if end and end.get("behind") and totals["last_event_ms"]:
+            lag = max(0.0, time.time() - totals["last_event_ms"] / 1000.0)
         self.store.write_status({
             "state": state,
             "mode": self.mode,
@@ -149,16 +200,20 @@ class StreamJob:
             "pid": os.getpid(),
             "last_offset": {k: end.get(k) for k in ("file", "pos", "gtid")} if end else None,
             "lag_seconds": round(lag, 3),
-            "rows_emitted": self.rows_emitted,
-            "batches": self.batches,
-            "batch_id": self.last_batch_id,
-            "app_id": self.spark.sparkContext.applicationId,
-            "ui_url": self.spark.sparkContext.uiWebUrl,
+            "rows_emitted": totals["rows_emitted"],
+            "batches": totals["batches"],
+            "batch_id": totals["batch_id"],
+            **self._app,
         })
 
     # -- run -----------------------------------------------------------------------------------------
+    def request_stop(self) -> None:
+        """Stop after the current batch (a signal, the task's ``on_kill``)."""
+        self._stop.set()
+
     def run(self) -> int:
-        hook = _install_stop_hook(self.spark, self) if self.mode == "continuous" else None
+        self._app = application_info(self.spark)
+        hook = _install_stop_hook(self.spark, self) if self.mode == "continuous" and not self.connect else None
         try:
             return self._run()
         finally:
@@ -170,18 +225,21 @@ class StreamJob:
         from pyspark.errors import StreamingQueryException
 
         self.store.clear_stop()
+        if self.connect:
+            self.store.delete(BATCH_TOTALS)
         self.spark.dataSource.register(source_class_with(self.secrets))
         schema = source_schema([self.types[t].spark_ddl for t in self.order])
         df = (self.spark.readStream.format("airflow_cdc_binlog").option("spec", self.spec.to_json())
-              .option("partitions", str(self.spark.sparkContext.defaultParallelism))
+              .option("partitions", str(default_parallelism(self.spark)))
               .option("tables", json.dumps(self.order)).option("schema", schema).load())
-        writer = df.writeStream.foreachBatch(self.process_batch).option("checkpointLocation", self.store.checkpoint_location)
+        writer = df.writeStream.foreachBatch(self.writer).option("checkpointLocation", self.store.checkpoint_location)
         if self.mode == "continuous":
             writer = writer.trigger(processingTime=self.spec.stream.get("trigger_interval") or "2 seconds")
         else:
             writer = writer.trigger(availableNow=True)
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: self._stop.set())
+        if not self.connect:  # spark-submit's driver; on Connect this is the Airflow task's process, its signals are Airflow's
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: self._stop.set())
         self.write_status(None, "starting")
         t0 = time.monotonic()
         query = writer.start()
@@ -194,9 +252,10 @@ class StreamJob:
                     break
             except StreamingQueryException:  # the query failed; reported below from query.exception()
                 break
-            if self.last_batch_id != seen_batch or time.time() - last_write > IDLE_HEARTBEAT_SECONDS:
+            batch_id = self.totals()["batch_id"]
+            if batch_id != seen_batch or time.time() - last_write > IDLE_HEARTBEAT_SECONDS:
                 self.write_status(query, "running")
-                last_write, seen_batch = time.time(), self.last_batch_id
+                last_write, seen_batch = time.time(), batch_id
             if self._stop.is_set() or self.store.stop_requested():
                 log.info("stop requested: stopping the stream after the current batch")
                 query.stop()
@@ -208,7 +267,8 @@ class StreamJob:
             log.error("stream failed: %s", error)
             return 1
         self.write_status(query, state)
-        log.info("stream %s: %d batches, %d rows emitted", state, self.batches, self.rows_emitted)
+        totals = self.totals()
+        log.info("stream %s: %d batches, %d rows emitted", state, totals["batches"], totals["rows_emitted"])
         return 0
 
 

@@ -1,6 +1,6 @@
-"""Opt-in Spark Connect mode (issue 6): with ``spark.connect_conn_id`` the chunk tasks are sessions of a
-long-lived Spark Connect server instead of one spark-submit each. Same watermark job, same sinks, same
-exactly-once result; no password in the server's UI or event log."""
+"""Opt-in Spark Connect mode (issue 6): with ``spark.connect_conn_id`` the chunk tasks and the
+``available_now`` stream are sessions of a long-lived Spark Connect server instead of one spark-submit each.
+Same watermark job, same sinks, same exactly-once result; no password in the server's UI or event log."""
 
 from __future__ import annotations
 
@@ -47,10 +47,21 @@ def test_dag_chunks_on_spark_connect_then_stream(airflow_home, source_db, postgr
     assert "airflow-cdc-snapshot" not in log  # no chunk went through spark-submit (its app name)
     assert "spark.conf spark.executor.memory: the Spark Connect server's own settings apply" in log
 
+    # the available_now stream is a session of the same server too (no spark-submit), in both runs
+    where = f"sc://127.0.0.1:{connect_server.port}"
+    assert log.count(f"stream job on Spark Connect {where}") == 1 and "airflow-cdc-stream" not in log
+    assert run1["xcom"]["stream[-1]"]["state"] == "finished"
+
     source_db.execute("UPDATE orders SET note = 'later' WHERE id <= 50")
+    deleted = len([k for k in source_rows(source_db, "customers") if k[0] < "c0010"])
     source_db.execute("DELETE FROM customers WHERE `customer id` < 'c0010'")
     run2 = run_dag(env, dags, "shop_cdc", log_file=tmp_path / "run2.log")
     assert run2["state"] == "success", run2
+    log2 = (tmp_path / "run2.log").read_text(errors="replace")
+    assert f"stream job on Spark Connect {where}" in log2 and "airflow-cdc-stream" not in log2
+    stream = run2["xcom"]["stream[-1]"]
+    assert deleted > 0 and stream["rows_emitted"] == 50 + deleted, stream  # counted by the server-side writer
+    assert stream["app_id"] and stream["state"] == "finished", stream
     secrets = {"source_password": source_db.settings.password, "sink_password": postgres.password}
     for table in ("orders", "customers"):
         got = sink_rows(spark, jdbc_sink(postgres, schema), secrets, table_types(source_db, table))
@@ -68,6 +79,28 @@ def test_dag_chunks_on_spark_connect_then_stream(airflow_home, source_db, postgr
     for name, secret in secrets.items():
         assert secret.encode() not in text, f"{name} in the Connect server's event log"
         assert secret.encode() not in ui, f"{name} in the Connect server's UI"
+
+
+def test_spark_submit_after_a_connect_session_in_the_same_process(connect_server, tmp_path):
+    """pyspark marks a process that opened a Connect session (and keeps the mark after ``stop()``); a
+    spark-submit started from it later (a continuous stream after Connect chunk tasks under ``dag.test()``)
+    inherited it and its driver failed with CONNECT_URL_NOT_SET. The session's end puts the environment back."""
+    import os
+    import subprocess
+
+    from airflow_cdc_provider.spark.session import connect_session
+    from airflow_cdc_provider.testing.spark import spark_env, spark_submit_binary
+
+    before = {k: os.environ.get(k) for k in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")}
+    with connect_session(connect_server.url) as spark:
+        assert spark.range(3).count() == 3
+    assert {k: os.environ.get(k) for k in before} == before
+    job = tmp_path / "job.py"
+    job.write_text("from pyspark.sql import SparkSession\n"
+                   "print('rows', SparkSession.builder.getOrCreate().range(4).count())\n")
+    done = subprocess.run([spark_submit_binary(), "--master", "local[1]", str(job)], env={**os.environ, **spark_env()},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "rows 4" in done.stdout, done.stderr[-2000:]
 
 
 def test_unreachable_connect_server_names_the_key_and_what_to_do(airflow_home, source_db, tmp_path):

@@ -1,0 +1,48 @@
+"""Spark Connect mode (opt-in, ``spark.connect_conn_id``): an operator runs its job in the task's own process
+as a session of a long-lived Spark Connect server, instead of one spark-submit (JVM start and session) each."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator, Mapping
+
+
+@contextlib.contextmanager
+def job_session(task, conn_id: str, conf: Mapping[str, Any] | None, artifacts: list[str], what: str) -> Iterator[Any]:
+    """A new session of the ``conn_id`` server for one job attempt, set as ``task._connect_session`` while it
+    lasts (``interrupt`` stops its Spark jobs). ``artifacts``: Python archives the server's Python workers
+    must import (the package, when our code runs there). An unreachable server fails at once, naming the key."""
+    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+    from ..spark.session import connect_session, session_conf
+
+    url = SparkConnectHook(conn_id).get_connection_url()
+    where = url.split("/;", 1)[0]  # without the token
+    with contextlib.ExitStack() as stack:
+        try:
+            spark = stack.enter_context(connect_session(url, conf=conf, artifacts=artifacts))
+        except Exception as exc:  # noqa: BLE001 - gRPC errors of every kind mean the same to the user
+            raise RuntimeError(
+                f"spark.connect_conn_id {conn_id!r}: cannot open a session on the Spark Connect server {where} "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0][:300]}); start the server (spark-submit --class "
+                "org.apache.spark.sql.connect.service.SparkConnectServer) or remove spark.connect_conn_id to run "
+                f"the {what} with spark-submit") from None
+        task.log.info("%s on Spark Connect %s (session %s)", what, where, spark.session_id)
+        ignored = sorted(set(conf or {}) - set(session_conf(conf)))
+        if ignored:
+            task.log.warning("spark.conf %s: the Spark Connect server's own settings apply, not these (only "
+                             "spark.sql.* keys become session settings)", ", ".join(ignored))
+        task._connect_session = spark
+        try:
+            yield spark
+        finally:
+            task._connect_session = None
+
+
+def interrupt(task) -> bool:
+    """``on_kill`` on Connect: the server stops the session's running Spark jobs. False if no session is open."""
+    spark = getattr(task, "_connect_session", None)
+    if spark is None:
+        return False
+    spark.interruptAll()
+    return True
