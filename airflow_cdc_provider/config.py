@@ -24,7 +24,7 @@ Schema (sections other than ``source`` are optional)::
     stream:   {mode: available_now | continuous, startup: initial | latest | earliest}
     sink:     {type: parquet | jdbc, path: ..., conn_id: ..., schema: ...}
     spark:    {conn_id: spark_default, conf: {...}, jars: [...], ...}
-              # connect_conn_id: spark_connect_default   # opt-in: chunk tasks on a long-lived Spark Connect server
+              # connect_conn_id: spark_connect_default   # opt-in: chunk tasks and available_now streams on a Spark Connect server
     state:    {path: ...}
 """
 

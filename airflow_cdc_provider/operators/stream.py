@@ -105,18 +105,23 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
 
     def run_on_connect(self, pipeline, spec) -> None:
         """The ``available_now`` stream job in this process, on a new session of the ``connect_conn_id`` server."""
+        from airflow.sdk.exceptions import AirflowException
+
         from ..deploy import package_archive
-        from ..spark.stream import StreamJob
+        from ..spark.stream import StreamJob, failure_summary
         from ._connect import job_session
 
         # the source's reads and the foreachBatch writer run in the server's Python workers: they import this package
         artifacts = [str(package_archive(pipeline.state.local_dir("dist")))]
         with job_session(self, self.connect_conn_id, self.conf, artifacts, "stream job") as spark:
-            self._connect_job = StreamJob(spark, spec, pipeline.secrets)
+            job = self._connect_job = StreamJob(spark, spec, pipeline.secrets)
             try:
-                self._connect_job.run()
+                failed = job.run() != 0
             finally:
                 self._connect_job = None
+        if failed:  # retried like a failed spark-submit: the retry resumes from the checkpoint
+            raise AirflowException(f"the stream job failed: {failure_summary(job.error or '')}; its whole error is in "
+                                   "the log above")
 
     # -- continuous ---------------------------------------------------------------------------------
     def _timeout(self, p) -> float:

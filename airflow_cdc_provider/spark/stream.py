@@ -50,6 +50,17 @@ def application_info(spark) -> dict[str, str | None]:
     return {"app_id": spark.sparkContext.applicationId, "ui_url": spark.sparkContext.uiWebUrl}
 
 
+def failure_summary(error: str) -> str:
+    """The line of a query's error that says what went wrong: a Python exception raised in a Spark worker comes
+    back as its whole traceback, followed by the query's description and the JVM stack; this is the
+    traceback's last line (``module.Error: message``), else the first line."""
+    lines = error.splitlines()
+    end = next((i for i, line in enumerate(lines) if line.strip().startswith(("SQLSTATE", "=== Streaming Query"))),
+               len(lines))
+    found = [line for line in lines[1:end] if line.strip() and not line.startswith(" ")]
+    return (found[-1] if found else (lines[0] if lines else "")).strip()[:500]
+
+
 class _GracefulStopHook:
     """A JVM shutdown hook, run before Spark's own hooks stop the SparkContext: it asks the driver loop to stop
     the query and waits until the status says so. Without it, SIGTERM to spark-submit (the JVM is the parent
@@ -161,6 +172,7 @@ class StreamJob:
         self.mode = spec.stream.get("mode") or "available_now"
         self._stop = threading.Event()
         self._done = threading.Event()
+        self.error: str | None = None  # why the query failed (``run`` returned 1)
         settings = spec.source_settings(secrets)
         with contextlib.closing(connect(settings)) as conn:
             self.types = {
@@ -252,7 +264,10 @@ class StreamJob:
                     break
             except StreamingQueryException:  # the query failed; reported below from query.exception()
                 break
-            batch_id = self.totals()["batch_id"]
+            totals = self.totals()
+            batch_id = totals["batch_id"]
+            if self.connect and batch_id != seen_batch:  # the writer logs to the server's log, this to the task's
+                log.info("batch %s written on the server: %d rows emitted so far", batch_id, totals["rows_emitted"])
             if batch_id != seen_batch or time.time() - last_write > IDLE_HEARTBEAT_SECONDS:
                 self.write_status(query, "running")
                 last_write, seen_batch = time.time(), batch_id
@@ -263,6 +278,7 @@ class StreamJob:
                 break
         error = query.exception()
         if error is not None:
+            self.error = str(error)
             self.write_status(query, "failed")
             log.error("stream failed: %s", error)
             return 1

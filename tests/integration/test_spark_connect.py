@@ -55,12 +55,22 @@ def test_dag_chunks_on_spark_connect_then_stream(airflow_home, source_db, postgr
     source_db.execute("UPDATE orders SET note = 'later' WHERE id <= 50")
     deleted = len([k for k in source_rows(source_db, "customers") if k[0] < "c0010"])
     source_db.execute("DELETE FROM customers WHERE `customer id` < 'c0010'")
-    run2 = run_dag(env, dags, "shop_cdc", log_file=tmp_path / "run2.log")
+    # the stream's first batch fails in the writer (on the server) after its first table: the task fails,
+    # Airflow retries it on a new session, and the retry redoes that batch from the checkpoint
+    stream_fault = {"point": "mid_batch", "action": "fail", "once": str(tmp_path / "fault-stream")}
+    run2 = run_dag({**env, "AIRFLOW_CDC_FAULT": json.dumps(stream_fault)}, dags, "shop_cdc",
+                   log_file=tmp_path / "run2.log")
     assert run2["state"] == "success", run2
+    assert (tmp_path / "fault-stream").exists()
+    assert next(t for t in run2["tis"] if t["task_id"] == "stream")["try_number"] == 2
     log2 = (tmp_path / "run2.log").read_text(errors="replace")
-    assert f"stream job on Spark Connect {where}" in log2 and "airflow-cdc-stream" not in log2
+    assert log2.count(f"stream job on Spark Connect {where}") == 2 and "airflow-cdc-stream" not in log2
+    assert ("the stream job failed: airflow_cdc_provider.faults.InjectedFault: injected fault at mid_batch (batch 1)"
+            in log2)
     stream = run2["xcom"]["stream[-1]"]
-    assert deleted > 0 and stream["rows_emitted"] == 50 + deleted, stream  # counted by the server-side writer
+    # counted by the writer on the server (the retry's own count); the background writer's last changes of
+    # run 1, after its stream's target position, are in this batch too
+    assert deleted > 0 and stream["rows_emitted"] >= 50 + deleted and stream["batches"] == 1, stream
     assert stream["app_id"] and stream["state"] == "finished", stream
     secrets = {"source_password": source_db.settings.password, "sink_password": postgres.password}
     for table in ("orders", "customers"):

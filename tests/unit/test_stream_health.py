@@ -63,3 +63,16 @@ def test_process_alive_reaps_an_exited_child():
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert not os.path.exists(f"/proc/{p.pid}")
+
+
+def test_failure_summary_is_the_exception_line_of_a_worker_traceback():
+    from airflow_cdc_provider.spark.stream import failure_summary
+
+    error = ("[STREAM_FAILED] [PYTHON_EXCEPTION] Found error inside foreachBatch Python process: Traceback (most recent call last):\n"
+             '  File "/x/stream.py", line 140, in __call__\n'
+             '    self.faults.hit("mid_batch", f"batch {batch_id}")\n'
+             "pymysql.err.OperationalError: (2003, \"Can't connect to MySQL server on 'db'\")\n"
+             " SQLSTATE: 38000\n=== Streaming Query ===\nIdentifier: [id = 1]\n\nJVM stacktrace:\nBoom: x\n")
+    assert failure_summary(error) == "pymysql.err.OperationalError: (2003, \"Can't connect to MySQL server on 'db'\")"
+    assert failure_summary("[CAST_INVALID_INPUT] bad value") == "[CAST_INVALID_INPUT] bad value"
+    assert failure_summary("") == ""
