@@ -17,6 +17,7 @@ their chunk's high watermark as version, so every later change of the same key h
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -24,6 +25,7 @@ from typing import Any, Mapping
 _FILE_RE = re.compile(r"^(?P<base>.+)\.(?P<seq>\d+)$")
 
 
+@functools.lru_cache(maxsize=64)  # called for every decoded event, with the few names of a binlog
 def split_binlog_file(file: str) -> tuple[str, int]:
     """``'mariadb-bin.000042'`` -> ``('mariadb-bin', 42)``; raises ValueError for other names."""
     m = _FILE_RE.match(file or "")
