@@ -4,18 +4,22 @@ as a session of a long-lived Spark Connect server, instead of one spark-submit (
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator
 
 
 @contextlib.contextmanager
-def job_session(task, conn_id: str, conf: Mapping[str, Any] | None, artifacts: list[str], what: str) -> Iterator[Any]:
-    """A new session of the ``conn_id`` server for one job attempt, set as ``task._connect_session`` while it
-    lasts (``interrupt`` stops its Spark jobs). ``artifacts``: Python archives the server's Python workers
-    must import (the package, when our code runs there). An unreachable server fails at once, naming the key."""
+def job_session(task, pipeline, ship_package: bool, what: str) -> Iterator[Any]:
+    """A new session of the server named by ``task.connect_conn_id``, with ``task.conf``, for one job attempt,
+    set as ``task._connect_session`` while it lasts (``interrupt`` stops its Spark jobs). ``ship_package``:
+    the server's Python workers run our code, so the package archive goes to the session. An unreachable
+    server fails at once, naming the key."""
     from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 
+    from ..deploy import package_archive
     from ..spark.session import connect_session, session_conf
 
+    conn_id, conf = task.connect_conn_id, task.conf
+    artifacts = [str(package_archive(pipeline.state.local_dir("dist")))] if ship_package else []
     url = SparkConnectHook(conn_id).get_connection_url()
     where = url.split("/;", 1)[0]  # without the token
     with contextlib.ExitStack() as stack:

@@ -80,13 +80,11 @@ class SnapshotChunkOperator(CdcSparkSubmitOperator):
 
     def run_on_connect(self, pipeline, spec) -> None:
         """The chunk job in this process, on a new session of the ``connect_conn_id`` server."""
-        from ..deploy import package_archive
         from ..spark.snapshot import run_snapshot
         from ._connect import job_session
 
         # the jdbc sink writes from the executors' Python: they import this package from the session
-        artifacts = [str(package_archive(pipeline.state.local_dir("dist")))] if pipeline.sink.type == "jdbc" else []
-        with job_session(self, self.connect_conn_id, self.conf, artifacts, "chunk job") as spark:
+        with job_session(self, pipeline, pipeline.sink.type == "jdbc", "chunk job") as spark:
             run_snapshot(spark, spec, pipeline.secrets)
 
     def on_kill(self) -> None:

@@ -107,13 +107,11 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
         """The ``available_now`` stream job in this process, on a new session of the ``connect_conn_id`` server."""
         from airflow.sdk.exceptions import AirflowException
 
-        from ..deploy import package_archive
         from ..spark.stream import StreamJob, failure_summary
         from ._connect import job_session
 
         # the source's reads and the foreachBatch writer run in the server's Python workers: they import this package
-        artifacts = [str(package_archive(pipeline.state.local_dir("dist")))]
-        with job_session(self, self.connect_conn_id, self.conf, artifacts, "stream job") as spark:
+        with job_session(self, pipeline, True, "stream job") as spark:
             job = self._connect_job = StreamJob(spark, spec, pipeline.secrets)
             try:
                 failed = job.run() != 0

@@ -70,7 +70,7 @@ class _GracefulStopHook:
         self.job = job
 
     def run(self) -> None:
-        self.job._stop.set()
+        self.job.request_stop()
         self.job._done.wait(STOP_GRACE_SECONDS)
 
     class Java:
@@ -251,7 +251,7 @@ class StreamJob:
             writer = writer.trigger(availableNow=True)
         if not self.connect:  # spark-submit's driver; on Connect this is the Airflow task's process, its signals are Airflow's
             for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, lambda *_: self._stop.set())
+                signal.signal(sig, lambda *_: self.request_stop())
         self.write_status(None, "starting")
         t0 = time.monotonic()
         query = writer.start()

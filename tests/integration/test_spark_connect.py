@@ -108,7 +108,7 @@ def test_spark_submit_after_a_connect_session_in_the_same_process(connect_server
     job = tmp_path / "job.py"
     job.write_text("from pyspark.sql import SparkSession\n"
                    "print('rows', SparkSession.builder.getOrCreate().range(4).count())\n")
-    done = subprocess.run([spark_submit_binary(), "--master", "local[1]", str(job)], env={**os.environ, **spark_env()},
+    done = subprocess.run([spark_submit_binary(), "--master", "local[1]", str(job)], env=spark_env(),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "rows 4" in done.stdout, done.stderr[-2000:]
 
