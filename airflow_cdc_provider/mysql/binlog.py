@@ -32,6 +32,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from ..core.chunks import TableId
 from ..core.offsets import BinlogOffset
 from ..core.records import ChangeRecord, records_from_row_event
+from .row_decoder import RowDecoder
 from .schema import TableSchema
 from .settings import ConnectionSettings
 from .values import RowCanonicalizer
@@ -48,21 +49,36 @@ def event_start(event: Any) -> int:
 
 
 class TableChangeReader:
-    """Decodes row events of the given tables into ``ChangeRecord``s (canonical values, split key changes)."""
+    """Decodes row events of the given tables into ``ChangeRecord``s (canonical values, split key changes).
 
-    def __init__(self, schemas: Mapping[TableId, TableSchema]) -> None:
+    Rows are decoded by a ``RowDecoder`` compiled per table map where it can; otherwise (``compiled=False``,
+    or a table map it does not cover) by the library."""
+
+    def __init__(self, schemas: Mapping[TableId, TableSchema], compiled: bool = True) -> None:
         self.schemas = dict(schemas)
         self._canon = {t: RowCanonicalizer(s) for t, s in self.schemas.items()}
+        self.compiled = compiled
+        self.events = {"compiled": 0, "library": 0}  # row events decoded each way
+        self._decoders: dict[int, tuple[Any, RowDecoder | None]] = {}  # table id -> (its table map, plan)
 
-    def records(self, event: Any, file: str) -> Iterator[ChangeRecord]:
-        kind = _ROW_KINDS.get(type(event))
-        if kind is None:
-            return
-        table = TableId(event.schema, event.table)
-        schema = self.schemas.get(table)
-        if schema is None:
-            return
+    def _decoder(self, event: Any, table: TableId) -> RowDecoder | None:
+        table_map = event.table_map[event.table_id]
+        known = self._decoders.get(event.table_id)
+        if known is None or known[0] is not table_map:  # ids are reused across binlog files: check identity
+            plan = RowDecoder.compile(table_map.columns, self.schemas[table], self._canon[table]) if self.compiled else None
+            known = self._decoders[event.table_id] = (table_map, plan)
+        return known[1]
+
+    def _rows(self, kind: str, event: Any, table: TableId) -> list[dict[str, Any]]:
+        decoder = self._decoder(event, table)
+        if decoder is not None and decoder.readable(event):
+            images = decoder.images(event)
+            self.events["compiled"] += 1
+            if kind == "update":
+                return [{"before_values": b, "after_values": a} for b, a in zip(images[::2], images[1::2], strict=True)]
+            return [{"values": v} for v in images]
         canon = self._canon[table]
+        self.events["library"] += 1
         rows = []
         for row in event.rows:
             if kind == "update":
@@ -74,8 +90,19 @@ class TableChangeReader:
                 )
             else:
                 rows.append({"values": canon.from_binlog(row["values"], row.get("none_sources"))})
+        return rows
+
+    def records(self, event: Any, file: str) -> Iterator[ChangeRecord]:
+        kind = _ROW_KINDS.get(type(event))
+        if kind is None:
+            return
+        table = TableId(event.schema, event.table)
+        schema = self.schemas.get(table)
+        if schema is None:
+            return
         yield from records_from_row_event(
-            kind, table, schema.key_columns, rows, file, event_start(event), int(event.timestamp) * 1000
+            kind, table, schema.key_columns, self._rows(kind, event, table), file, event_start(event),
+            int(event.timestamp) * 1000,
         )
 
 
@@ -131,15 +158,17 @@ def read_changes_between(
     start: BinlogOffset,
     stop: BinlogOffset,
     schemas: Mapping[TableId, TableSchema],
+    reader: TableChangeReader | None = None,
 ) -> Iterator[ChangeRecord]:
-    """Row changes of ``schemas``' tables written in ``[start, stop)``, in binlog order.
+    """Row changes of ``schemas``' tables written in ``[start, stop)``, in binlog order (``reader``: the
+    decoder, ``TableChangeReader(schemas)`` by default).
 
     ``start`` and ``stop`` are transaction boundaries (watermarks). Reading stops at the first event at or
     past ``stop``, so the cost is the size of the window, not of the binlog after it.
     """
     if not stop > start:
         return
-    reader = TableChangeReader(schemas)
+    reader = reader or TableChangeReader(schemas)
     stop_key = stop.sort_key[:2]
     with open_stream(settings, server_id, start, schemas) as stream:
         for event in stream:

@@ -102,6 +102,11 @@ class RowCanonicalizer:
     def from_select(self, row: Sequence[Any]) -> dict[str, Any]:
         return {name: (None if v is None else f(v)) for name, f, v in zip(self.columns, self._from_select, row, strict=True)}
 
+    def binlog_converter(self, name: str) -> Converter | None:
+        """The conversion of column ``name``'s binlog value to its canonical one; None when there is none."""
+        f = self._from_binlog[name]
+        return None if f is _identity else f
+
     def from_binlog(self, values: Mapping[str, Any], none_sources: Mapping[str, str] | None = None) -> dict[str, Any]:
         """``none_sources`` is the library's per-row reason for a None (an empty SET is not NULL)."""
         none_sources = none_sources or {}
