@@ -50,6 +50,17 @@ def source_schema(table_ddls: list[str]) -> str:
     return ", ".join([META_SCHEMA] + [f"{image_column(i)} struct<{ddl}>" for i, ddl in enumerate(table_ddls)])
 
 
+def source_row(rec, types, columns: dict[str, int]) -> list:
+    """One change as a row of the source's schema: its metadata, then its sink values in its table's image
+    column (``columns``: table -> column index); the other image columns stay null."""
+    seq, pos, row = rec.position.sort_key
+    name = str(rec.table)
+    values = [None] * (META_WIDTH + len(columns))
+    values[:META_WIDTH] = (name, rec.op, rec.ts_ms, seq, pos, row)
+    values[columns[name]] = types.row_to_sink(dict(rec.image))
+    return values
+
+
 def offset_dict(file: str, pos: int, gtid: str | None, ts_ms: int, behind: bool) -> dict[str, Any]:
     return {"file": file, "pos": int(pos), "gtid": gtid, "ts_ms": int(ts_ms), "behind": bool(behind)}
 
@@ -61,10 +72,54 @@ class BinlogSegment(InputPartition):
         self.start, self.end, self.index = start, end, index
 
 
+# Spark's types whose Python values go into Arrow as they are (Spark's own converter only checks them);
+# columns of other types (decimals, timestamps) pass through Spark's converter, value by value.
+_ARROW_AS_IS = ("ByteType", "ShortType", "IntegerType", "LongType", "FloatType", "DoubleType", "BooleanType",
+                "StringType", "BinaryType", "DateType", "TimestampNTZType")
+
+
+def arrow_batches(rows: list[list], schema, batch_rows: int = 10_000) -> list | None:
+    """``rows`` (the source's schema ``schema``, a ``StructType``) as Arrow record batches, built column by
+    column: Spark's generic path converts every value of every row in Python, which measured about 15% of
+    a segment's read. None when a value does not fit its Arrow type as is; Spark's path then converts them."""
+    import pyarrow as pa
+    from pyspark.sql.conversion import LocalDataToArrowConversion
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")  # what Spark's path builds and checks against
+
+    def column(values, field, arrow_type):
+        if type(field.dataType).__name__ not in _ARROW_AS_IS:
+            convert = LocalDataToArrowConversion._create_converter(field.dataType)
+            values = [convert(v) for v in values]
+        return pa.array(values, type=arrow_type)
+
+    def batch(part: list[list]):
+        arrays = []
+        for i, (field, arrow_field) in enumerate(zip(schema.fields, arrow_schema, strict=True)):
+            values = [r[i] for r in part]
+            if arrow_field.type.num_fields and type(field.dataType).__name__ == "StructType":
+                absent = (None,) * arrow_field.type.num_fields
+                children = list(zip(*[v if v is not None else absent for v in values])) if values else [[]] * len(absent)
+                arrays.append(pa.StructArray.from_arrays(
+                    [column(c, f, af.type) for c, f, af in zip(children, field.dataType.fields, arrow_field.type, strict=True)],
+                    fields=list(arrow_field.type), mask=pa.array([v is None for v in values], type=pa.bool_())))
+            else:
+                arrays.append(column(values, field, arrow_field.type))
+        return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+
+    try:
+        return [batch(rows[i:i + batch_rows]) for i in range(0, len(rows), batch_rows)]
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+        return None
+
+
 class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, spec_json: str, secrets: dict[str, str], partitions: int, tables: list[str]) -> None:
+    def __init__(self, spec_json: str, secrets: dict[str, str], partitions: int, tables: list[str],
+                 schema=None) -> None:
         from ..jobspec import JobSpec
 
+        self.schema = schema  # the source's StructType, for the Arrow batches
         self.spec = JobSpec.from_json(spec_json)
         self.columns = {name: META_WIDTH + i for i, name in enumerate(tables)}  # table -> its image column
         self.settings = self.spec.source_settings(secrets)
@@ -217,7 +272,8 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: BinlogSegment) -> Iterator[tuple]:
         rows = self._reconnecting("binlog read", self._read, partition.start, partition.end, partition.index)
-        return iter(rows)
+        batches = arrow_batches(rows, self.schema) if self.schema is not None and rows else None
+        return iter(batches if batches is not None else rows)
 
     def commit(self, end: dict) -> None:
         pass
@@ -258,18 +314,8 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 need.setdefault(rec.table, []).append(rec.key)
         for table, keys in need.items():
             self.orders[table].prefetch(keys)
-        out = []
-        width = META_WIDTH + len(self.columns)
-        for rec in records:
-            if not self.filter.should_emit(rec.table, rec.key, rec.position):
-                continue
-            seq, pos, row = rec.position.sort_key
-            name = str(rec.table)
-            values = [None] * width
-            values[:META_WIDTH] = (name, rec.op, rec.ts_ms, seq, pos, row)
-            values[self.columns[name]] = self.types[rec.table].row_to_sink(dict(rec.image))
-            out.append(values)
-        return out
+        return [source_row(rec, self.types[rec.table], self.columns) for rec in records
+                if self.filter.should_emit(rec.table, rec.key, rec.position)]
 
 
 class BinlogSource(DataSource):
@@ -287,7 +333,7 @@ class BinlogSource(DataSource):
 
     def streamReader(self, schema) -> BinlogReader:
         return BinlogReader(self.options["spec"], self._secrets, int(self.options.get("partitions") or 1),
-                            json.loads(self.options["tables"]))
+                            json.loads(self.options["tables"]), schema)
 
 
 def source_class_with(secrets: dict[str, str]) -> type:
