@@ -61,22 +61,27 @@ class TableChangeReader:
         self.events = {"compiled": 0, "library": 0}  # row events decoded each way
         self._decoders: dict[int, tuple[Any, RowDecoder | None]] = {}  # table id -> (its table map, plan)
 
-    def _decoder(self, event: Any, table: TableId) -> RowDecoder | None:
-        table_map = event.table_map[event.table_id]
-        known = self._decoders.get(event.table_id)
+    def decoder_for(self, table_id: int, table_map: Any, table: TableId) -> RowDecoder | None:
+        """The plan for the library's table map ``table_map`` of ``table_id`` (compiled at first use)."""
+        if table_map is None:
+            return None
+        known = self._decoders.get(table_id)
         if known is None or known[0] is not table_map:  # ids are reused across binlog files: check identity
             plan = RowDecoder.compile(table_map.columns, self.schemas[table], self._canon[table]) if self.compiled else None
-            known = self._decoders[event.table_id] = (table_map, plan)
+            known = self._decoders[table_id] = (table_map, plan)
         return known[1]
 
+    def records_of_images(self, kind: str, table: TableId, images: list[dict[str, Any]], file: str, start: int,
+                          ts_ms: int) -> Iterator[ChangeRecord]:
+        """The records of a row event decoded by its plan (an update's images alternate before, after)."""
+        self.events["compiled"] += 1
+        if kind == "update":
+            rows = [{"before_values": b, "after_values": a} for b, a in zip(images[::2], images[1::2], strict=True)]
+        else:
+            rows = [{"values": v} for v in images]
+        return records_from_row_event(kind, table, self.schemas[table].key_columns, rows, file, start, ts_ms)
+
     def _rows(self, kind: str, event: Any, table: TableId) -> list[dict[str, Any]]:
-        decoder = self._decoder(event, table)
-        if decoder is not None and decoder.readable(event):
-            images = decoder.images(event)
-            self.events["compiled"] += 1
-            if kind == "update":
-                return [{"before_values": b, "after_values": a} for b, a in zip(images[::2], images[1::2], strict=True)]
-            return [{"values": v} for v in images]
         canon = self._canon[table]
         self.events["library"] += 1
         rows = []
@@ -99,6 +104,11 @@ class TableChangeReader:
         table = TableId(event.schema, event.table)
         schema = self.schemas.get(table)
         if schema is None:
+            return
+        decoder = self.decoder_for(event.table_id, event.table_map[event.table_id], table)
+        if decoder is not None and decoder.readable(event):
+            yield from self.records_of_images(kind, table, decoder.images(event), file, event_start(event),
+                                              int(event.timestamp) * 1000)
             return
         yield from records_from_row_event(
             kind, table, schema.key_columns, self._rows(kind, event, table), file, event_start(event),
@@ -170,6 +180,12 @@ def read_changes_between(
         return
     reader = reader or TableChangeReader(schemas)
     stop_key = stop.sort_key[:2]
+    if reader.compiled:
+        from .row_events import PacketReader
+
+        with open_stream(settings, server_id, start, schemas) as stream:
+            yield from PacketReader(stream._stream, reader, start.file).changes(stop_key)
+        return
     with open_stream(settings, server_id, start, schemas) as stream:
         for event in stream:
             file = stream.log_file

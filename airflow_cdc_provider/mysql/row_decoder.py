@@ -260,6 +260,7 @@ class RowDecoder:
 
     def __init__(self, steps: list[Step], width: int) -> None:
         self.steps = steps
+        self.width = width
         self.null_bytes = (width + 7) // 8
         self.all_present = b"\xff" * (width // 8) + (bytes([(1 << (width % 8)) - 1]) if width % 8 else b"")
 
@@ -290,8 +291,10 @@ class RowDecoder:
         """Every row image of the event's body, in order (an update's before and after alternate)."""
         wrapper = event.packet
         packet = wrapper.packet
-        data, pos = packet._data, packet._position
-        end = pos + event.event_size - wrapper.read_bytes
+        pos = packet._position
+        return self.images_between(packet._data, pos, pos + event.event_size - wrapper.read_bytes)
+
+    def images_between(self, data: bytes, pos: int, end: int) -> list[dict[str, Any]]:
         out = []
         while pos < end:
             image, pos = self.image(data, pos)

@@ -122,3 +122,30 @@ def test_random_values_of_every_wire_format_decode_as_the_library_does(source_db
     values = [r.after for r in reference if r.after]
     assert any(isinstance(v["mb"], bytes) and len(v["mb"]) > 65_535 for v in values)  # a 3-byte length
     assert any(v["t3"] is not None and v["t3"] < dt.timedelta(0) for v in values)  # negative fractional TIME
+
+
+def test_packet_reader_falls_back_follows_files_and_skips_other_tables(source_db, server_id):
+    """Rows written after an ALTER that the pipeline's schema does not know yet are decoded by the library
+    (no plan for an unknown column set), inside the same read; the read follows FLUSH BINARY LOGS; changes of a
+    table that is not captured are skipped."""
+    schema, start = create(source_db, "CREATE TABLE grows (id INT PRIMARY KEY, a VARCHAR(10))", "grows", "+00:00")
+    source_db.execute("CREATE TABLE ignored (id INT PRIMARY KEY, v INT)")
+    source_db.execute("INSERT INTO grows VALUES (1, 'one'), (2, 'two')")
+    source_db.execute("INSERT INTO ignored VALUES (1, 1)")
+    source_db.execute("FLUSH BINARY LOGS")
+    source_db.execute("UPDATE grows SET a = 'uno' WHERE id = 1")
+    source_db.execute("ALTER TABLE grows ADD COLUMN b INT DEFAULT 7")
+    source_db.execute("INSERT INTO grows VALUES (3, 'three', 3)")
+    source_db.execute("UPDATE ignored SET v = 2")
+    source_db.execute("DELETE FROM grows WHERE id = 2")
+    with source_db.connection() as conn:
+        end = current_offset(conn)
+    assert end.file != start.file
+
+    fast, reference, events = decode_both(source_db, start, end, schema, server_id)
+    assert fast == reference
+    assert [(r.op, r.key, dict(r.image)) for r in fast] == [
+        ("c", (1,), {"id": 1, "a": "one"}), ("c", (2,), {"id": 2, "a": "two"}), ("u", (1,), {"id": 1, "a": "uno"}),
+        ("c", (3,), {"id": 3, "a": "three"}), ("d", (2,), {"id": 2, "a": "two"})]
+    assert fast[2].position.file == end.file != fast[0].position.file
+    assert events == {"compiled": 2, "library": 2}
