@@ -129,23 +129,23 @@ class PacketReader:
             row_kind = _ROW_KINDS.get(kind)
             if row_kind is None:
                 continue
-            table = self.tables.get(int.from_bytes(data[_BODY:_BODY + 6], "little"))
+            table_id = int.from_bytes(data[_BODY:_BODY + 6], "little")
+            table = self.tables.get(table_id)
             if table is None:
                 continue
-            records = self._compiled(packet, data, kind, row_kind, table, next_pos - size, timestamp, checksum)
+            records = self._compiled(data, kind, row_kind, table_id, table, next_pos - size, timestamp, checksum)
             if records is None:  # the library decodes it
                 event = self._library(packet)
                 records = self.reader.records(event, self.file) if event is not None else ()
             yield from records
 
-    def _compiled(self, packet: Any, data: bytes, kind: int, row_kind: tuple[str, int], table: TableId,
+    def _compiled(self, data: bytes, kind: int, row_kind: tuple[str, int], table_id: int, table: TableId,
                   start: int, timestamp: int, checksum: int):
         """The event's records by the table's plan, or None for the library (no plan, not a FULL image, a
         post-header of another length than the known one)."""
         name, post = row_kind
         if len(self.post_header) >= kind and self.post_header[kind - 1] != post:
             return None
-        table_id = int.from_bytes(data[_BODY:_BODY + 6], "little")
         decoder = self.reader.decoder_for(table_id, self.stream.table_map.get(table_id), table)
         if decoder is None:
             return None
