@@ -25,6 +25,7 @@ Schema (sections other than ``source`` are optional)::
     sink:     {type: parquet | jdbc, path: ..., conn_id: ..., schema: ...}
     spark:    {conn_id: spark_default, conf: {...}, jars: [...], ...}
               # connect_conn_id: spark_connect_default   # opt-in: chunk tasks and available_now streams on a Spark Connect server
+              # class_archive: true   # drivers on this machine map a JVM class archive (~3 s less per job)
     state:    {path: ...}
 """
 
@@ -143,6 +144,7 @@ SCHEMA: dict[str, Any] = {
             "num_executors": Field(INT),
             "env_vars": Field(DICT),
             "deploy_mode": Field(STR, choices=("client", "cluster")),
+            "class_archive": Field(BOOL),
         },
     ),
     "state": (False, {"path": Field(STR)}),

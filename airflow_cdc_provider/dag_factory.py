@@ -27,7 +27,7 @@ from .config import ConfigError, PipelineConfig, load_config
 log = logging.getLogger(__name__)
 
 SPARK_KEYS = ("conf", "py_files", "executor_memory", "driver_memory", "executor_cores", "total_executor_cores",
-              "num_executors", "env_vars", "deploy_mode")
+              "num_executors", "env_vars", "deploy_mode", "class_archive")
 DEFAULT_START = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import re
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -11,11 +12,27 @@ from typing import Any, Iterator
 import pymysql
 import pytest
 
+from airflow_cdc_provider.class_archive import ARCHIVE_DIR_ENV
 from airflow_cdc_provider.mysql.settings import ConnectionSettings
 from airflow_cdc_provider.testing.mariadb import PrivateMariaDB
 
 _db_counter = itertools.count(1)
 _server_ids = itertools.count(7001)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def class_archive_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The JVM class archives of this test session's spark-submits: dumped by the first job of each kind,
+    mapped by the others; the user's own cache is left alone."""
+    old = os.environ.get(ARCHIVE_DIR_ENV)
+    os.environ[ARCHIVE_DIR_ENV] = str(tmp_path_factory.mktemp("jvm-class-archives"))
+    try:
+        yield os.environ[ARCHIVE_DIR_ENV]
+    finally:
+        if old is None:
+            os.environ.pop(ARCHIVE_DIR_ENV, None)
+        else:
+            os.environ[ARCHIVE_DIR_ENV] = old
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,7 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+from ..class_archive import ClassArchive
 from ..deploy import DRIVER_JAVA_OPTIONS, PYTHON_RUNNER, SparkTarget, package_archive
 from ..jobspec import SECRETS_ENV, SECRETS_FILE_ENV, write_secrets_file
 from ..spark.session import default_jars
@@ -61,35 +62,42 @@ def remove_secrets_file(path: Path | None) -> None:
 
 
 class CdcSparkSubmitOperator(SparkSubmitOperator):
-    """Base of the operators that submit ``spark_jobs/<job>.py``; not meant to be used directly."""
+    """Base of the operators that submit ``spark_jobs/<job>.py``; not meant to be used directly.
+
+    ``class_archive`` (default True): a driver started on this machine maps a JVM class archive of its job
+    (see ``airflow_cdc_provider.class_archive``), which saves ~3 s of JVM start per job; False starts it plain.
+    """
 
     job: str = ""
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, *, class_archive: bool = True, **kwargs: Any) -> None:
         super().__init__(application=application_path(self.job), **spark_submit_defaults(kwargs))
+        self.class_archive = class_archive
         self._process_env: dict[str, str] = {}
         self._secrets_file: Path | None = None
+        self._archive: ClassArchive | None = None
+        self._archive_options = ""
 
     def spark_target(self) -> SparkTarget:
         """The master and deploy mode the Spark connection (plus our arguments) resolves to."""
         conn = self._get_hook()._connection
         return SparkTarget(conn["master"], conn.get("deploy_mode") or "client", conn.get("rest_endpoint"))
 
-    def configure_job(self, pipeline, spec_path: str) -> SparkTarget:
-        """Point this operator at ``job`` with ``spec_path`` for the resolved target; call ``release_secrets``
-        once the job has read them."""
+    def configure_job(self, pipeline, spec_path: str, detached: bool = False) -> SparkTarget:
+        """Point this operator at ``job`` with ``spec_path`` for the resolved target; then ``submit``, or, for
+        a ``detached`` launch (which maps a class archive but never dumps one), call ``release_secrets`` once
+        the job has read them."""
         target = self.spark_target()
         self._hook = None  # execute() builds a new hook from the settings below
+        if not target.cluster_mode:
+            self._use_class_archive(detached)
         if target.cluster_mode and target.standalone:
             archive = package_archive(pipeline.state.local_dir("dist"))
             # the driver starts on some worker: it fetches the application from the state store
             self.application = (archive.as_uri() if pipeline.state.storage.is_local
                                 else pipeline.state.upload(archive, f"dist/{archive.name}"))
             self._java_class = PYTHON_RUNNER
-            conf = dict(self.conf or {})
-            key = "spark.driver.extraJavaOptions"
-            conf[key] = f"{conf[key]} {DRIVER_JAVA_OPTIONS}" if conf.get(key) else DRIVER_JAVA_OPTIONS
-            self.conf = conf
+            self._add_driver_java_options(DRIVER_JAVA_OPTIONS)
             self.application_args = [archive.name, "", self.job, "--spec", spec_path]
             env = dict(self.env_vars or {})
             if not target.master.startswith(("spark://127.0.0.1:", "spark://localhost:")):
@@ -109,6 +117,46 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
                 secrets_ref = self._secrets_file.name
         self.env_vars = {**(self.env_vars or {}), SECRETS_FILE_ENV: secrets_ref}
         return target
+
+    def submit(self, context: Any) -> None:
+        """Run the configured job to its end (SparkSubmitOperator.execute); publish the class archive its JVM
+        dumped, if it dumped one."""
+        try:
+            super().execute(context)
+        except BaseException:
+            if self._archive:
+                self._archive.abandon(self._archive_options)
+            raise
+        else:
+            if self._archive and self._archive.publish(self._archive_options):
+                self.log.info("JVM class archive published for later %s jobs: %s", self.job, self._archive.path)
+        finally:
+            self.release_secrets()
+
+    def _use_class_archive(self, detached: bool) -> None:
+        self._archive, self._archive_options = None, ""
+        key = "spark.driver.extraJavaOptions"
+        if ClassArchive.is_option(str((self.conf or {}).get(key, ""))):  # set by an earlier configure_job
+            self.conf = {**self.conf, key: ClassArchive.without_options(self.conf[key])}
+        if not self.class_archive:
+            return
+        archive = ClassArchive.for_job(self.job, self._spark_binary or "spark-submit", self.env_vars,
+                                       str((self.conf or {}).get("spark.driver.extraClassPath", "")))
+        if archive is None or (detached and not archive.path.exists()):
+            return
+        options = archive.java_options()
+        if "ArchiveClassesAtExit" in options:
+            self.log.info("this job's JVM dumps a class archive when it exits (once per machine, ~10 s): "
+                          "later %s jobs start ~3 s sooner", self.job)
+        self._archive, self._archive_options = archive, options
+        if options:
+            self._add_driver_java_options(options)
+
+    def _add_driver_java_options(self, options: str) -> None:
+        conf = dict(self.conf or {})
+        key = "spark.driver.extraJavaOptions"
+        conf[key] = f"{conf[key]} {options}" if conf.get(key) else options
+        self.conf = conf
 
     def release_secrets(self) -> None:
         remove_secrets_file(self._secrets_file)

@@ -64,10 +64,7 @@ class SnapshotChunkOperator(CdcSparkSubmitOperator):
         else:
             name = f"{ti.dag_id}__{ti.run_id}__{ti.map_index}__{ti.try_number}.json".replace(":", "_").replace("+", "_")
             self.configure_job(p, p.state.write_spec(name, spec.to_json()))
-            try:
-                super().execute(context)
-            finally:
-                self.release_secrets()
+            self.submit(context)
         reports = []
         for c in chunks:
             r = p.state.read_chunk_report(table, int(c["epoch"]), int(c["index"]))

@@ -90,10 +90,7 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
             self.run_on_connect(p, spec)
         elif mode == "available_now":
             self.configure_job(p, spec_path)
-            try:
-                super().execute(context)
-            finally:
-                self.release_secrets()
+            self.submit(context)
         if mode == "available_now":
             status = p.state.read_status() or {}
             context["ti"].xcom_push(key=SPARK_UI_XCOM_KEY, value=status.get("ui_url") or "")
@@ -101,7 +98,7 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
         if self.connect_conn_id:
             self.log.info("stream.mode continuous: the stream runs with spark-submit, not on Spark Connect %r "
                           "(a Connect session lasts only as long as its task's process)", self.connect_conn_id)
-        return self._run_continuous(context, p, self.configure_job(p, spec_path))
+        return self._run_continuous(context, p, self.configure_job(p, spec_path, detached=True))
 
     def run_on_connect(self, pipeline, spec) -> None:
         """The ``available_now`` stream job in this process, on a new session of the ``connect_conn_id`` server."""
