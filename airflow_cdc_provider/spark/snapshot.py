@@ -51,13 +51,12 @@ from ..sinks import SinkConfig
 from ..state import StateStore, table_dir_name
 from .jdbc_read import read_key_ranges
 from .session import default_parallelism
-from .columns import col
 from .sinks import CHUNK_COLUMN, spark_sink, with_meta
 
 log = logging.getLogger("airflow_cdc.snapshot")
 
 MIN_ROWS_PER_PARTITION = 20_000
-MAX_CHUNKS_PER_WINDOW = 256  # bounds the chunk-tag expression and the number of JDBC reads of a window
+MAX_CHUNKS_PER_WINDOW = 256  # other than single-integer keys: a window makes one JDBC read per chunk
 
 
 def key_sub_ranges(conn: Any, schema: TableSchema, start: Key | None, end: Key | None,
@@ -79,20 +78,39 @@ def key_sub_ranges(conn: Any, schema: TableSchema, start: Key | None, end: Key |
     return list(zip(edges[:-1], edges[1:]))
 
 
-def chunk_tag_column(key_column: str, chunks: list[Chunk]):
-    """Spark: the index of the chunk holding each row of a single-integer-key window (a balanced comparison
-    tree on the chunk bounds: log2(chunks) compiled comparisons per row)."""
-    from pyspark.sql import functions as F
+def chunk_tag_sql(key_sql: str, chunks: list[Chunk], integral: bool) -> str:
+    """SQL for the index of the chunk holding each row of a single-integer-key window, as one expression
+    (one call into Spark however many chunks). Evenly split bounds (what ``even_split`` makes) need one
+    integer division per row; other bounds a balanced comparison tree, log2(chunks) comparisons per row."""
+    if len(chunks) == 1:
+        return str(chunks[0].index)
+    bounds = [int(c.start[0]) for c in chunks[1:]]  # a window's chunks are consecutive: end i == start i+1
+    indexes = [c.index for c in chunks]
+    step = bounds[1] - bounds[0] if len(bounds) > 1 else 1
+    if (step > 0 and indexes == list(range(indexes[0], indexes[0] + len(chunks)))
+            and all(b == bounds[0] + i * step for i, b in enumerate(bounds))):
+        n = len(chunks)
+        # keys far above the bounds may overflow the subtraction: try_subtract gives NULL, the last chunk
+        value = f"CAST({key_sql} AS BIGINT)" if integral else key_sql
+        offset = f"COALESCE(LEAST({n - 2}, try_subtract({value}, {bounds[0]}) div {step}), {n - 2})"
+        return f"CASE WHEN {key_sql} < {bounds[0]} THEN {indexes[0]} ELSE {indexes[0] + 1} + {offset} END"
 
-    key = col(key_column)
-
-    def tree(lo: int, hi: int):
+    def tree(lo: int, hi: int) -> str:
         if lo == hi:
-            return F.lit(chunks[lo].index)
+            return str(chunks[lo].index)
         mid = (lo + hi + 1) // 2
-        return F.when(key < F.lit(chunks[mid].start[0]), tree(lo, mid - 1)).otherwise(tree(mid, hi))
+        return f"CASE WHEN {key_sql} < {chunks[mid].start[0]} THEN {tree(lo, mid - 1)} ELSE {tree(mid, hi)} END"
 
     return tree(0, len(chunks) - 1)
+
+
+def chunk_tag_column(key_column: str, key_type: str, chunks: list[Chunk]):
+    """Spark: ``chunk_tag_sql`` as an int column."""
+    from pyspark.sql import functions as F
+
+    key_sql = "`" + key_column.replace("`", "``") + "`"
+    integral = key_type in ("tinyint", "smallint", "int", "bigint")
+    return F.expr(chunk_tag_sql(key_sql, chunks, integral)).cast("int")
 
 
 def read_window_rows(spark, conn, settings, schema: TableSchema, types: TableSinkTypes, chunks: list[Chunk],
@@ -103,7 +121,8 @@ def read_window_rows(spark, conn, settings, schema: TableSchema, types: TableSin
     if schema.single_integer_key:
         ranges = key_sub_ranges(conn, schema, chunks[0].start, chunks[-1].end, partitions)
         df = read_key_ranges(spark, settings, types, ranges)
-        return df.withColumn(CHUNK_COLUMN, chunk_tag_column(schema.key_columns[0], chunks))
+        key_type = types.types[schema.column_names.index(schema.key_columns[0])].spark
+        return df.withColumn(CHUNK_COLUMN, chunk_tag_column(schema.key_columns[0], key_type, chunks))
     parts = [read_key_ranges(spark, settings, types, [(c.start, c.end)]).withColumn(CHUNK_COLUMN, F.lit(c.index))
              for c in chunks]
     df = parts[0]
@@ -148,13 +167,14 @@ def fold_window(spark, rows_df, types: TableSinkTypes, last: dict[Key, tuple[Cha
     return kept.unionByName(spark.createDataFrame(upserts, tagged))
 
 
-def windows(chunks: list[Chunk], epochs: list[int]) -> list[list[int]]:
-    """Positions of ``chunks`` grouped into watermark windows: runs of consecutive chunks of one epoch."""
+def windows(chunks: list[Chunk], epochs: list[int], max_chunks: int | None = MAX_CHUNKS_PER_WINDOW) -> list[list[int]]:
+    """Positions of ``chunks`` grouped into watermark windows: runs of consecutive chunks of one epoch, of at
+    most ``max_chunks`` (None: a single-integer key, read as a few even key ranges however many chunks)."""
     out: list[list[int]] = []
     for i, (c, e) in enumerate(zip(chunks, epochs, strict=True)):
         prev = out[-1][-1] if out else None
         if (prev is not None and epochs[prev] == e and chunks[prev].end is not None and chunks[prev].end == c.start
-                and len(out[-1]) < MAX_CHUNKS_PER_WINDOW):
+                and (max_chunks is None or len(out[-1]) < max_chunks)):
             out[-1].append(i)
         else:
             out.append([i])
@@ -186,7 +206,7 @@ class SnapshotJob:
             types = TableSinkTypes.of(schema)
             self.sink.prepare(types)
             order = DatabaseKeyOrder(conn, schema)
-            for positions in windows(chunks, epochs):
+            for positions in windows(chunks, epochs, None if schema.single_integer_key else MAX_CHUNKS_PER_WINDOW):
                 reports += self.read_window(conn, info, schema, types, order, [chunks[i] for i in positions],
                                             epochs[positions[0]])
         return reports
