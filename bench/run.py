@@ -93,15 +93,33 @@ class RssSampler(threading.Thread):
 
     def run(self) -> None:
         while not self._halt.wait(self.interval):
-            jvm = py = 0
+            procs = {}
             for pid in os.listdir("/proc"):
                 if not pid.isdigit():
                     continue
                 try:
                     cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-                    rss = next(int(x.split()[1]) for x in Path(f"/proc/{pid}/status").read_text().splitlines()
-                               if x.startswith("VmRSS:")) * 1024
+                    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+                    rss = next(int(x.split()[1]) for x in status if x.startswith("VmRSS:")) * 1024
+                    ppid = next(int(x.split()[1]) for x in status if x.startswith("PPid:"))
                 except (OSError, StopIteration):
+                    continue
+                procs[int(pid)] = (cmd, rss, ppid)
+            # a Spark Connect server idling for other runs (and its Python workers) is not the run sampled
+            servers = {pid for pid, (cmd, _, _) in procs.items() if b"SparkConnectServer" in cmd}
+
+            def served(pid: int) -> bool:
+                seen = set()
+                while pid in procs and pid not in seen:
+                    if pid in servers:
+                        return True
+                    seen.add(pid)
+                    pid = procs[pid][2]
+                return False
+
+            jvm = py = 0
+            for pid, (cmd, rss, _) in procs.items():
+                if served(pid):
                     continue
                 if b"org.apache.spark.deploy.SparkSubmit" in cmd:
                     jvm += rss
