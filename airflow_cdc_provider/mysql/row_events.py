@@ -34,6 +34,12 @@ _ROW_KINDS = {
     BINLOG.UPDATE_ROWS_EVENT_V2: ("update", 10), BINLOG.DELETE_ROWS_EVENT_V2: ("delete", 10),
 }
 _NOT_A_PLACE = {BINLOG.ROTATE_EVENT, BINLOG.FORMAT_DESCRIPTION_EVENT, BINLOG.HEARTBEAT_LOG_EVENT}
+# Row events neither this reader nor the library can decode; skipping one would lose its rows silently.
+_COMPRESSED_ROWS = {166: "MariaDB log_bin_compress=ON", 167: "MariaDB log_bin_compress=ON",
+                    168: "MariaDB log_bin_compress=ON", 169: "MariaDB log_bin_compress=ON",
+                    170: "MariaDB log_bin_compress=ON", 171: "MariaDB log_bin_compress=ON",
+                    39: "MySQL binlog_row_value_options=PARTIAL_JSON"}
+_TRANSACTION_PAYLOAD = 40  # MySQL binlog_transaction_compression=ON: a whole transaction, tables unknown
 
 
 def _length_coded(data: bytes, pos: int) -> tuple[int, int]:
@@ -128,6 +134,8 @@ class PacketReader:
                 continue
             row_kind = _ROW_KINDS.get(kind)
             if row_kind is None:
+                if kind in _COMPRESSED_ROWS or kind == _TRANSACTION_PAYLOAD:
+                    self._undecodable(data, kind, next_pos - size)
                 continue
             table_id = int.from_bytes(data[_BODY:_BODY + 6], "little")
             table = self.tables.get(table_id)
@@ -138,6 +146,25 @@ class PacketReader:
                 event = self._library(packet)
                 records = self.reader.records(event, self.file) if event is not None else ()
             yield from records
+
+    def _undecodable(self, data: bytes, kind: int, start: int) -> None:
+        """Raise for a compressed or partial row event of a captured table (or a compressed transaction, whose
+        tables cannot be known): its rows cannot be read, and a CDC stream must not skip them."""
+        from .server import SourceError
+
+        if kind == _TRANSACTION_PAYLOAD:
+            what, setting = "a compressed transaction", "MySQL binlog_transaction_compression=ON"
+            fix = "SET GLOBAL binlog_transaction_compression=OFF"
+        else:
+            table = self.tables.get(int.from_bytes(data[_BODY:_BODY + 6], "little"))
+            if table is None:
+                return
+            what, setting = f"a row event of {table} that cannot be decoded", _COMPRESSED_ROWS[kind]
+            fix = ("SET GLOBAL log_bin_compress=OFF" if kind != 39 else "SET GLOBAL binlog_row_value_options=''")
+        raise SourceError(
+            f"{self.file}:{start}: {what} ({setting}); skipping it would lose its rows: run {fix} and set it in "
+            "the server config, then re-snapshot the captured tables (their changes written meanwhile are only in "
+            "such events)")
 
     def _compiled(self, data: bytes, kind: int, row_kind: tuple[str, int], table_id: int, table: TableId,
                   start: int, timestamp: int, checksum: int):

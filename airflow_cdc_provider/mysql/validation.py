@@ -5,6 +5,8 @@ Checks, each with a message that says what to change:
 * binary log enabled; ``binlog_format=ROW``; ``binlog_row_image=FULL``;
 * ``binlog_row_metadata=FULL`` where the server has it (MariaDB 10.5+, MySQL 8.0.1+): without it the binlog
   has no column names and rows cannot be matched to columns after a schema change;
+* no compressed or partial row events (MariaDB ``log_bin_compress``, MySQL ``binlog_transaction_compression``
+  and ``binlog_row_value_options=PARTIAL_JSON``): their rows cannot be decoded;
 * privileges: REPLICATION SLAVE (binlog dump), REPLICATION CLIENT / BINLOG MONITOR (watermarks), SELECT on
   every captured table;
 * tables: exist, have a primary key or a configured chunk key, chunk key columns exist and are NOT NULL.
@@ -43,6 +45,9 @@ def check_binlog_settings(conn: Any, info: ServerInfo) -> list[str]:
     names = ["log_bin", "binlog_format", "binlog_row_image"]
     if info.supports_row_metadata:
         names.append("binlog_row_metadata")
+    undecodable = ({"log_bin_compress": "OFF"} if info.is_mariadb else  # the server has what it knows
+                   {"binlog_transaction_compression": "OFF", "binlog_row_value_options": "''"})
+    names += list(undecodable)
     v = {k: str(val).upper() for k, val in variables(conn, *names).items()}
     problems: list[str] = []
     if v.get("log_bin") not in ("ON", "1"):
@@ -66,6 +71,13 @@ def check_binlog_settings(conn: Any, info: ServerInfo) -> list[str]:
             f"binlog_row_metadata is {v.get('binlog_row_metadata')}, must be FULL so the binlog names the columns: "
             "run SET GLOBAL binlog_row_metadata='FULL' and set it in the server config"
         )
+    for name, off in undecodable.items():
+        if v.get(name) not in (None, "", "OFF", "0"):
+            problems.append(
+                f"{name} is {v[name]}: the binlog then holds compressed or partial row events, whose rows cannot "
+                f"be decoded: run SET GLOBAL {name}={off} and set it in the server config (re-snapshot the tables "
+                "if it was on while they changed)"
+            )
     return problems
 
 

@@ -11,12 +11,15 @@ import datetime as dt
 import random
 from decimal import Decimal
 
+import pytest
+
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.mysql.binlog import TableChangeReader, read_changes_between
 from airflow_cdc_provider.mysql.schema import load_schema
-from airflow_cdc_provider.mysql.server import current_offset
+from airflow_cdc_provider.mysql.server import SourceError, current_offset
 
 from .test_type_fidelity import ALL_TYPES_DDL, EXTREMES, UPDATED, ZEROS, insert
+from .test_validation import global_setting
 
 # Wire formats the all-types table does not reach: other charsets, 2-byte string lengths, other BLOB length
 # sizes, every fractional-second width, DECIMAL group boundaries, BIT widths across bytes, 2-byte SET masks.
@@ -149,3 +152,26 @@ def test_packet_reader_falls_back_follows_files_and_skips_other_tables(source_db
         ("c", (3,), {"id": 3, "a": "three"}), ("d", (2,), {"id": 2, "a": "two"})]
     assert fast[2].position.file == end.file != fast[0].position.file
     assert events == {"compiled": 2, "library": 2}
+
+
+def test_compressed_row_events_of_a_captured_table_fail_the_read(mariadb, source_db):
+    """MariaDB's ``log_bin_compress`` writes row events neither decoder reads: a read must fail and name the
+    setting, never skip their rows; compressed events of a table not captured pass."""
+    source_db.execute("CREATE TABLE cap (id INT PRIMARY KEY, v VARCHAR(400))")
+    source_db.execute("CREATE TABLE other (id INT PRIMARY KEY, v VARCHAR(400))")
+    with source_db.connection() as conn:
+        schema = load_schema(conn, TableId(source_db.name, "cap"))
+        with global_setting(mariadb, "log_bin_compress", "ON"):
+            start = current_offset(conn)
+            source_db.execute("INSERT INTO other VALUES (1, %s)", ("x" * 300,))
+            middle = current_offset(conn)
+            source_db.execute("INSERT INTO cap VALUES (1, %s)", ("y" * 300,))
+            end = current_offset(conn)
+        with conn.cursor() as cur:
+            cur.execute(f"SHOW BINLOG EVENTS IN '{start.file}' FROM {start.pos}")
+            kinds = [r[2] for r in cur.fetchall() if r[1] < end.pos]
+    assert kinds.count("Write_rows_compressed_v1") == 2, kinds
+    schemas = {schema.table: schema}
+    assert list(read_changes_between(source_db.settings, 9301, start, middle, schemas)) == []
+    with pytest.raises(SourceError, match=r"cap.*log_bin_compress=ON.*SET GLOBAL log_bin_compress=OFF"):
+        list(read_changes_between(source_db.settings, 9302, start, end, schemas))

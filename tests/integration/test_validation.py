@@ -68,6 +68,8 @@ def test_a_good_source_passes_and_returns_schemas(source_db, table_t):
         ("binlog_row_image", "MINIMAL", "binlog_row_image is MINIMAL, must be FULL: run SET GLOBAL binlog_row_image='FULL'"),
         ("binlog_row_metadata", "MINIMAL", "binlog_row_metadata is MINIMAL, must be FULL so the binlog names the columns"),
         ("binlog_row_metadata", "NO_LOG", "binlog_row_metadata is NO_LOG, must be FULL"),
+        ("log_bin_compress", "ON", "log_bin_compress is ON: the binlog then holds compressed or partial row "
+         "events, whose rows cannot be decoded: run SET GLOBAL log_bin_compress=OFF"),
     ],
 )
 def test_binlog_settings(mariadb, source_db, table_t, name, value, expected):
