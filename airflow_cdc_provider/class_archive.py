@@ -34,6 +34,8 @@ ARCHIVE_DIR_ENV = "AIRFLOW_CDC_CLASS_ARCHIVE_DIR"
 STALE_CLAIM_SECONDS = 3600
 # a JVM that does not know an -XX option (not HotSpot) starts anyway
 _LENIENT = "-XX:+IgnoreUnrecognizedVMOptions"
+_MAP = "-XX:SharedArchiveFile="
+_DUMP = "-XX:ArchiveClassesAtExit="
 
 
 def default_dir() -> Path:
@@ -82,7 +84,12 @@ class ClassArchive:
 
     @staticmethod
     def is_option(options: str) -> bool:
-        return "-XX:SharedArchiveFile=" in options or "-XX:ArchiveClassesAtExit=" in options
+        return _MAP in options or _DUMP in options
+
+    @staticmethod
+    def dumps(options: str) -> bool:
+        """Whether a JVM started with ``options`` dumps the archive when it exits."""
+        return _DUMP in options
 
     @staticmethod
     def without_options(options: str) -> str:
@@ -101,20 +108,20 @@ class ClassArchive:
         """Options for the driver JVM: map the archive, or dump it at exit if no other job is dumping it, or
         nothing (a job then starts as it would without an archive)."""
         if self.path.exists():
-            return f"{_LENIENT} -XX:SharedArchiveFile={self.path}"
+            return f"{_LENIENT} {_MAP}{self.path}"
         if self._take_claim():
-            return f"{_LENIENT} -XX:ArchiveClassesAtExit={self.dump}"
+            return f"{_LENIENT} {_DUMP}{self.dump}"
         return ""
 
     def publish(self, options: str) -> bool:
         """After the JVM started with ``options`` exited normally: publish its dump if it maps, and drop the
         claim either way. True if an archive was published."""
-        if "ArchiveClassesAtExit" not in options:
+        if not self.dumps(options):
             return False
         dump = self.dump
         try:
             ok = dump.exists() and subprocess.run(
-                [self.java, f"-XX:SharedArchiveFile={dump}", "-Xshare:auto", "-XX:-CreateCoredumpOnCrash",
+                [self.java, f"{_MAP}{dump}", "-Xshare:auto", "-XX:-CreateCoredumpOnCrash",
                  "-XX:ErrorFile=/dev/null", "-version"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60).returncode == 0
             if ok:
@@ -127,7 +134,7 @@ class ClassArchive:
 
     def abandon(self, options: str) -> None:
         """The dumping JVM failed or was killed: remove its partial dump and the claim."""
-        if "ArchiveClassesAtExit" not in options:
+        if not self.dumps(options):
             return
         for p in (self.dump, self.claim):
             try:

@@ -35,11 +35,15 @@ _ROW_KINDS = {
 }
 _NOT_A_PLACE = {BINLOG.ROTATE_EVENT, BINLOG.FORMAT_DESCRIPTION_EVENT, BINLOG.HEARTBEAT_LOG_EVENT}
 # Row events neither this reader nor the library can decode; skipping one would lose its rows silently.
-_COMPRESSED_ROWS = {166: "MariaDB log_bin_compress=ON", 167: "MariaDB log_bin_compress=ON",
-                    168: "MariaDB log_bin_compress=ON", 169: "MariaDB log_bin_compress=ON",
-                    170: "MariaDB log_bin_compress=ON", 171: "MariaDB log_bin_compress=ON",
-                    39: "MySQL binlog_row_value_options=PARTIAL_JSON"}
+_PARTIAL_UPDATE_ROWS = 39  # MySQL
+_UNDECODABLE_ROWS = {**dict.fromkeys(range(166, 172), "MariaDB log_bin_compress=ON"),  # compressed, V1 and V2
+                     _PARTIAL_UPDATE_ROWS: "MySQL binlog_row_value_options=PARTIAL_JSON"}
 _TRANSACTION_PAYLOAD = 40  # MySQL binlog_transaction_compression=ON: a whole transaction, tables unknown
+
+
+def _table_id(data: bytes) -> int:
+    """The table id of a TABLE_MAP or row event packet (the first 6 bytes after the event header)."""
+    return int.from_bytes(data[_BODY:_BODY + 6], "little")
 
 
 def _length_coded(data: bytes, pos: int) -> tuple[int, int]:
@@ -128,16 +132,16 @@ class PacketReader:
             if (seq, next_pos - size) >= stop_key:
                 return
             if kind == BINLOG.TABLE_MAP_EVENT:
-                table_id = int.from_bytes(data[_BODY:_BODY + 6], "little")
+                table_id = _table_id(data)
                 if table_id not in self.tables:
                     self.tables[table_id] = self._table_map(packet, table_id)
                 continue
             row_kind = _ROW_KINDS.get(kind)
             if row_kind is None:
-                if kind in _COMPRESSED_ROWS or kind == _TRANSACTION_PAYLOAD:
+                if kind in _UNDECODABLE_ROWS or kind == _TRANSACTION_PAYLOAD:
                     self._undecodable(data, kind, next_pos - size)
                 continue
-            table_id = int.from_bytes(data[_BODY:_BODY + 6], "little")
+            table_id = _table_id(data)
             table = self.tables.get(table_id)
             if table is None:
                 continue
@@ -156,11 +160,12 @@ class PacketReader:
             what, setting = "a compressed transaction", "MySQL binlog_transaction_compression=ON"
             fix = "SET GLOBAL binlog_transaction_compression=OFF"
         else:
-            table = self.tables.get(int.from_bytes(data[_BODY:_BODY + 6], "little"))
+            table = self.tables.get(_table_id(data))
             if table is None:
                 return
-            what, setting = f"a row event of {table} that cannot be decoded", _COMPRESSED_ROWS[kind]
-            fix = ("SET GLOBAL log_bin_compress=OFF" if kind != 39 else "SET GLOBAL binlog_row_value_options=''")
+            what, setting = f"a row event of {table} that cannot be decoded", _UNDECODABLE_ROWS[kind]
+            fix = ("SET GLOBAL binlog_row_value_options=''" if kind == _PARTIAL_UPDATE_ROWS
+                   else "SET GLOBAL log_bin_compress=OFF")
         raise SourceError(
             f"{self.file}:{start}: {what} ({setting}); skipping it would lose its rows: run {fix} and set it in "
             "the server config, then re-snapshot the captured tables (their changes written meanwhile are only in "

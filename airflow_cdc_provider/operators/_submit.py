@@ -145,7 +145,7 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
         if archive is None or (detached and not archive.path.exists()):
             return
         options = archive.java_options()
-        if "ArchiveClassesAtExit" in options:
+        if ClassArchive.dumps(options):
             self.log.info("this job's JVM dumps a class archive when it exits (once per machine, ~10 s): "
                           "later %s jobs start ~3 s sooner", self.job)
         self._archive, self._archive_options = archive, options

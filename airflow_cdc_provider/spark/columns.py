@@ -6,10 +6,15 @@ from __future__ import annotations
 from typing import Iterable
 
 
+def quoted(name: str) -> str:
+    """``name`` as a Spark SQL identifier."""
+    return "`" + name.replace("`", "``") + "`"
+
+
 def col(name: str):
     from pyspark.sql import functions as F
 
-    return F.col("`" + name.replace("`", "``") + "`")
+    return F.col(quoted(name))
 
 
 def cols(names: Iterable[str]) -> list:

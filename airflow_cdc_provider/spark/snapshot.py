@@ -49,6 +49,7 @@ from ..mysql.sql import quote_ident, quote_table, range_predicate
 from ..mysql.types import TableSinkTypes
 from ..sinks import SinkConfig
 from ..state import StateStore, table_dir_name
+from .columns import quoted
 from .jdbc_read import read_key_ranges
 from .session import default_parallelism
 from .sinks import CHUNK_COLUMN, spark_sink, with_meta
@@ -108,9 +109,8 @@ def chunk_tag_column(key_column: str, key_type: str, chunks: list[Chunk]):
     """Spark: ``chunk_tag_sql`` as an int column."""
     from pyspark.sql import functions as F
 
-    key_sql = "`" + key_column.replace("`", "``") + "`"
     integral = key_type in ("tinyint", "smallint", "int", "bigint")
-    return F.expr(chunk_tag_sql(key_sql, chunks, integral)).cast("int")
+    return F.expr(chunk_tag_sql(quoted(key_column), chunks, integral)).cast("int")
 
 
 def read_window_rows(spark, conn, settings, schema: TableSchema, types: TableSinkTypes, chunks: list[Chunk],
