@@ -23,7 +23,9 @@ PostgreSQL for the JDBC sink, Airflow (SQLite) running the real generated DAG wi
 Our spark-submits map the JVM class archives of their jobs (``airflow_cdc_provider.class_archive``), which
 the first job of each kind on a machine dumps. The bench keeps them in its work directory and dumps them
 first, in a warm-up DAG run reported on its own line (a one-time cost per machine, like a Connect server's
-start). The plain reload runs as users run it (no archive); a reference line gives it an archive of its own.
+start). Their Python processes start through our Python launcher (``airflow_cdc_provider.python_launcher``).
+The plain reload runs as users run it (neither); a reference line gives it an archive of its own and the
+launcher.
 
 Ratios: for times, ours / baseline (lower is better); for throughput, ours / baseline (higher is better).
 """
@@ -51,6 +53,7 @@ from airflow_cdc_provider.class_archive import ARCHIVE_DIR_ENV  # noqa: E402
 from airflow_cdc_provider.core.offsets import BinlogOffset  # noqa: E402
 from airflow_cdc_provider.mysql.server import current_offset  # noqa: E402
 from airflow_cdc_provider.mysql.settings import ConnectionSettings  # noqa: E402
+from airflow_cdc_provider.python_launcher import python_launcher  # noqa: E402
 from airflow_cdc_provider.spark.session import default_jars  # noqa: E402
 from airflow_cdc_provider.state import StateStore  # noqa: E402
 from airflow_cdc_provider.testing.airflow_run import (  # noqa: E402
@@ -205,9 +208,11 @@ class Bench:
                          "a second run", f"{times[0]:.1f} s", f"{times[1]:.1f} s", f"+{times[0] - times[1]:.1f} s once",
                          "-")
 
-    def plain_reload(self, db: str, rows: int, out: str, remote: str | None = None, java_options: str = "") -> float:
+    def plain_reload(self, db: str, rows: int, out: str, remote: str | None = None, java_options: str = "",
+                     python: str | None = None) -> float:
         """Seconds of the baseline: one plain spark-submit (or, with ``remote``, one Python client of that Spark
-        Connect server) reading ``db.sbtest1`` over JDBC with 2 partitions and writing Parquet."""
+        Connect server) reading ``db.sbtest1`` over JDBC with 2 partitions and writing Parquet. ``java_options``
+        and ``python`` (the driver's and workers' Python) give it our start-up aids, for a reference line."""
         script = str(ROOT / "bench" / "plain_jdbc_reload.py")
         args = [f"jdbc:mysql://127.0.0.1:{self.db.port}/?permitMysqlScheme", f"{db}.sbtest1", "1", str(rows),
                 str(self.work / out)]
@@ -216,7 +221,8 @@ class Bench:
                [spark_submit_binary(), "--master", "local[2]", "--conf", "spark.ui.enabled=false", *options,
                 "--jars", ",".join(default_jars()), script, *args])
         env = {"BENCH_USER": self.settings.user, "BENCH_PASSWORD": self.settings.password,
-               **({"SPARK_REMOTE": remote} if remote else {})}
+               **({"SPARK_REMOTE": remote} if remote else {}),
+               **({"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python} if python else {})}
         t = time.monotonic()
         subprocess.run(cmd, env=spark_env(env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
         return time.monotonic() - t
@@ -252,8 +258,10 @@ class Bench:
                          f"+{(task_time / spark_work - 1) * 100:.0f}%", "<= +10%")
         archive = self.work / f"plain-{rows}.jsa"
         self.plain_reload(db, rows, f"plain-dump-{rows}", java_options=f"-XX:ArchiveClassesAtExit={archive}")
-        t_plain_cds = self.plain_reload(db, rows, f"plain-cds-{rows}", java_options=f"-XX:SharedArchiveFile={archive}")
-        self.results.add("  same vs the plain reload given a JVM class archive of its own", f"{ours:.1f} s",
+        t_plain_cds = self.plain_reload(db, rows, f"plain-cds-{rows}", java_options=f"-XX:SharedArchiveFile={archive}",
+                                        python=python_launcher(directory=self.work / "jvm-class-archives"))
+        self.results.add("  same vs the plain reload given a JVM class archive of its own and our Python launcher",
+                         f"{ours:.1f} s",
                          f"{t_plain_cds:.1f} s", f"{ours / t_plain_cds:.2f}x time", "(reference)")
         if connect:
             self.snapshot_on_connect(db, rows, t_plain)

@@ -26,6 +26,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from ..class_archive import ClassArchive
 from ..deploy import DRIVER_JAVA_OPTIONS, PYTHON_RUNNER, SparkTarget, package_archive
 from ..jobspec import SECRETS_ENV, SECRETS_FILE_ENV, write_secrets_file
+from ..python_launcher import python_launcher
 from ..spark.session import default_jars
 from ..spark_jobs import application_path
 
@@ -71,6 +72,8 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
     job: str = ""
 
     def __init__(self, *, class_archive: bool = True, **kwargs: Any) -> None:
+        chosen = kwargs.get("env_vars") or {}
+        self._python_chosen = "PYSPARK_PYTHON" in chosen or "PYSPARK_DRIVER_PYTHON" in chosen
         super().__init__(application=application_path(self.job), **spark_submit_defaults(kwargs))
         self.class_archive = class_archive
         self._process_env: dict[str, str] = {}
@@ -91,6 +94,7 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
         self._hook = None  # execute() builds a new hook from the settings below
         if not target.cluster_mode:
             self._use_class_archive(detached)
+            self._use_python_launcher(target)
         if target.cluster_mode and target.standalone:
             archive = package_archive(pipeline.state.local_dir("dist"))
             # the driver starts on some worker: it fetches the application from the state store
@@ -151,6 +155,20 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
         self._archive, self._archive_options = archive, options
         if options:
             self._add_driver_java_options(options)
+
+    def _use_python_launcher(self, target: SparkTarget) -> None:
+        """The driver (and, on a local master, the workers and planners) start through the Python launcher
+        (``airflow_cdc_provider.python_launcher``): PySpark imported with its cached bytecode, ~0.7 s less per
+        Python process Spark starts. Not when the DAG chose its own Python (``env_vars``)."""
+        if self._python_chosen:
+            return
+        launcher = python_launcher()
+        if launcher is None:
+            return
+        env = {**(self.env_vars or {}), "PYSPARK_DRIVER_PYTHON": launcher}
+        if target.local:  # executors elsewhere have their own Python; this path is one of this machine
+            env["PYSPARK_PYTHON"] = launcher
+        self.env_vars = env
 
     def _add_driver_java_options(self, options: str) -> None:
         conf = dict(self.conf or {})

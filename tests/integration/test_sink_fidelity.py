@@ -120,3 +120,20 @@ def test_binlog_rows_become_the_arrow_batches_spark_would_build(source_db, spark
     assert ours is not None and len(rows) == 6 and len(ours) == len(sparks) == 2
     for a, b in zip(ours, sparks):
         assert a.schema.equals(b.schema) and a.equals(b)
+
+
+def test_registering_the_source_skips_spark_s_python_data_source_lookup(spark):
+    """``register_source`` tells Spark's DataSourceManager (an internal of the pinned Spark) that there are no
+    other Python data sources to look up, unless a lookup already ran: this checks that the internal is still
+    there and is left holding what a lookup would have found here (nothing), and that the source is found."""
+    from airflow_cdc_provider.spark.binlog_source import BinlogSource, register_source
+
+    jvm = spark.sparkContext._jvm
+    manager = getattr(getattr(jvm, "org.apache.spark.sql.execution.datasources.DataSourceManager$"), "MODULE$")
+    looked_up = manager.dataSourceBuilders().isDefined()
+    register_source(spark, {})
+    builders = manager.dataSourceBuilders()
+    assert builders.isDefined()
+    if not looked_up:
+        assert builders.get().size() == 0
+    assert spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists(BinlogSource.name())
