@@ -20,12 +20,12 @@ run a half-written one. Pure Python: no Airflow or Spark imports.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
 import shlex
 import sys
-import tempfile
 from pathlib import Path
 
 from .class_archive import default_dir
@@ -77,17 +77,14 @@ def python_launcher(python: str | None = None, directory: Path | None = None) ->
     path = directory / f"python-{hashlib.sha256(script.encode()).hexdigest()[:16]}.sh"
     if path.is_file() and os.access(path, os.X_OK):
         return str(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # as deploy.package_archive writes its archive
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".python-")
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(script)
-            os.chmod(tmp, 0o755)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-    except OSError:
+        tmp.write_text(script)
+        tmp.chmod(0o755)
+        os.replace(tmp, path)
+    except OSError:  # an unwritable directory: Spark starts ``python`` itself
+        with contextlib.suppress(OSError):
+            tmp.unlink()
         return None
     return str(path)
