@@ -28,8 +28,9 @@ class SnapshotChunkOperator(CdcSparkSubmitOperator):
     process as a client of that server: the job's driver code (watermarks, binlog window) runs here, the
     JDBC read and the sink writes on the server's executors. A task then costs its Spark work plus about a
     second, instead of a spark-submit (JVM start and session, ~10 s on 2 cores). ``conf`` keys
-    ``spark.sql.*`` become session settings; the rest of the Spark settings are the server's. The server
-    must reach the source, the sink and the state path; passwords are redacted from its UI and event log.
+    ``spark.sql.*`` (runtime ones) become session settings; the rest of the Spark settings are the server's.
+    The server must reach the source, the sink and the state path; passwords are redacted from its UI and
+    event log.
     """
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "config", "connect_conn_id")

@@ -114,7 +114,8 @@ def connect_session(url: str, conf: Mapping[str, Any] | None = None, artifacts: 
             # first, before any plan carries a password
             spark.conf.set("spark.sql.redaction.string.regex", SECRET_REDACTION_REGEX)
             for k, v in session_conf(conf).items():
-                spark.conf.set(k, v)
+                if spark.conf.isModifiable(k):  # a static key (the server's) would fail the session
+                    spark.conf.set(k, v)
             if artifacts:
                 spark.addArtifacts(*artifacts, pyfile=True)
             yield spark

@@ -29,7 +29,8 @@ def test_dag_chunks_on_spark_connect_then_stream(airflow_home, source_db, postgr
     write_pipeline(pipelines, source_db, tmp_path, rows_per_task=2000, chunk_size=2000,
                    sink=f"sink:\n  type: jdbc\n  conn_id: pg\n  schema: {schema}\n",
                    extra="spark:\n  connect_conn_id: cdc_connect\n"
-                         "  conf: {spark.sql.shuffle.partitions: 3, spark.executor.memory: 1g}\n")
+                         "  conf: {spark.sql.shuffle.partitions: 3, spark.executor.memory: 1g,\n"
+                         "         spark.sql.extensions.test.loadFromCp: 'true'}\n")  # a static spark.sql key
     # the middle chunk of orders fails once on its first try: Airflow retries it on a new session
     fault = {"point": "after_select", "action": "fail", "match": "orders:1", "once": str(tmp_path / "fault-once")}
     env = {**env, "AIRFLOW_CONN_PG": postgres.connection_uri(), "AIRFLOW_CONN_CDC_CONNECT": connect_server.connection_uri(),
@@ -45,7 +46,8 @@ def test_dag_chunks_on_spark_connect_then_stream(airflow_home, source_db, postgr
     log = (tmp_path / "run1.log").read_text(errors="replace")
     assert log.count(f"chunk job on Spark Connect sc://127.0.0.1:{connect_server.port}") == 5, "4 chunks + 1 retry"
     assert "airflow-cdc-snapshot" not in log  # no chunk went through spark-submit (its app name)
-    assert "spark.conf spark.executor.memory: the Spark Connect server's own settings apply" in log
+    assert ("spark.conf spark.executor.memory, spark.sql.extensions.test.loadFromCp: the Spark Connect server's own "
+            "settings apply") in log  # warned about, not failing the session
 
     # the available_now stream is a session of the same server too (no spark-submit), in both runs
     where = f"sc://127.0.0.1:{connect_server.port}"
