@@ -24,8 +24,8 @@ Our spark-submits map the JVM class archives of their jobs (``airflow_cdc_provid
 the first job of each kind on a machine dumps. The bench keeps them in its work directory and dumps them
 first, in a warm-up DAG run reported on its own line (a one-time cost per machine, like a Connect server's
 start). Their Python processes start through our Python launcher (``airflow_cdc_provider.python_launcher``).
-The plain reload runs as users run it (neither); a reference line gives it an archive of its own and the
-launcher.
+The plain reload runs as users run it (none of these); a reference line gives it an archive of its own, the
+launcher and our driver settings (``spark.session.DRIVER_CONF``).
 
 Ratios: for times, ours / baseline (lower is better); for throughput, ours / baseline (higher is better).
 """
@@ -54,7 +54,7 @@ from airflow_cdc_provider.core.offsets import BinlogOffset  # noqa: E402
 from airflow_cdc_provider.mysql.server import current_offset  # noqa: E402
 from airflow_cdc_provider.mysql.settings import ConnectionSettings  # noqa: E402
 from airflow_cdc_provider.python_launcher import python_launcher  # noqa: E402
-from airflow_cdc_provider.spark.session import default_jars  # noqa: E402
+from airflow_cdc_provider.spark.session import DRIVER_CONF, default_jars  # noqa: E402
 from airflow_cdc_provider.state import StateStore  # noqa: E402
 from airflow_cdc_provider.testing.airflow_run import (  # noqa: E402
     BackgroundDagRun, airflow_env, install_dag_files, migrate, run_dag)
@@ -209,14 +209,16 @@ class Bench:
                          "-")
 
     def plain_reload(self, db: str, rows: int, out: str, remote: str | None = None, java_options: str = "",
-                     python: str | None = None) -> float:
+                     python: str | None = None, conf: dict[str, str] | None = None) -> float:
         """Seconds of the baseline: one plain spark-submit (or, with ``remote``, one Python client of that Spark
-        Connect server) reading ``db.sbtest1`` over JDBC with 2 partitions and writing Parquet. ``java_options``
-        and ``python`` (the driver's and workers' Python) give it our start-up aids, for a reference line."""
+        Connect server) reading ``db.sbtest1`` over JDBC with 2 partitions and writing Parquet. ``java_options``,
+        ``python`` (the driver's and workers' Python) and ``conf`` give it our start-up aids, for a reference
+        line."""
         script = str(ROOT / "bench" / "plain_jdbc_reload.py")
         args = [f"jdbc:mysql://127.0.0.1:{self.db.port}/?permitMysqlScheme", f"{db}.sbtest1", "1", str(rows),
                 str(self.work / out)]
         options = ["--driver-java-options", java_options] if java_options else []
+        options += [a for k, v in (conf or {}).items() for a in ("--conf", f"{k}={v}")]
         cmd = ([sys.executable, script, *args] if remote else
                [spark_submit_binary(), "--master", "local[2]", "--conf", "spark.ui.enabled=false", *options,
                 "--jars", ",".join(default_jars()), script, *args])
@@ -259,8 +261,10 @@ class Bench:
         archive = self.work / f"plain-{rows}.jsa"
         self.plain_reload(db, rows, f"plain-dump-{rows}", java_options=f"-XX:ArchiveClassesAtExit={archive}")
         t_plain_cds = self.plain_reload(db, rows, f"plain-cds-{rows}", java_options=f"-XX:SharedArchiveFile={archive}",
-                                        python=python_launcher(directory=self.work / "jvm-class-archives"))
-        self.results.add("  same vs the plain reload given a JVM class archive of its own and our Python launcher",
+                                        python=python_launcher(directory=self.work / "jvm-class-archives"),
+                                        conf=DRIVER_CONF)
+        self.results.add("  same vs the plain reload given our start-up aids (a JVM class archive of its own, our "
+                         "Python launcher, no class-path session extensions)",
                          f"{ours:.1f} s",
                          f"{t_plain_cds:.1f} s", f"{ours / t_plain_cds:.2f}x time", "(reference)")
         if connect:

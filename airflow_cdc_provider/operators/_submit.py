@@ -27,7 +27,7 @@ from ..class_archive import ClassArchive
 from ..deploy import DRIVER_JAVA_OPTIONS, PYTHON_RUNNER, SparkTarget, package_archive
 from ..jobspec import SECRETS_ENV, SECRETS_FILE_ENV, write_secrets_file
 from ..python_launcher import python_launcher
-from ..spark.session import default_jars
+from ..spark.session import default_jars, with_driver_conf
 from ..spark_jobs import application_path
 
 
@@ -92,6 +92,8 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
         the job has read them."""
         target = self.spark_target()
         self._hook = None  # execute() builds a new hook from the settings below
+        if isinstance(self.conf, dict) or self.conf is None:  # not a template string
+            self.conf = with_driver_conf(self.conf)
         if not target.cluster_mode:
             self._use_class_archive(detached)
             self._use_python_launcher(target)

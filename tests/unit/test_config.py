@@ -71,3 +71,12 @@ def test_connection_errors_are_specific():
         ConnectionSettings.from_airflow_conn("postgres://u:p@h:5432/db", "src")
     with pytest.raises(ConnectionConfigError, match="server id range 'x-y'"):
         ConnectionSettings.from_airflow_conn("mysql://u:p@h/db?server_id=x-y", "src")
+
+
+def test_driver_settings_yield_to_the_jobs_own_spark_conf():
+    from airflow_cdc_provider.spark.session import DRIVER_CONF, with_driver_conf
+
+    assert with_driver_conf(None) == DRIVER_CONF
+    assert with_driver_conf({"spark.executor.memory": "2g"}) == {**DRIVER_CONF, "spark.executor.memory": "2g"}
+    # the class-path session extensions (mllib's functions) come back when a pipeline's spark.conf asks
+    assert with_driver_conf({"spark.sql.extensions.test.loadFromCp": "true"})["spark.sql.extensions.test.loadFromCp"] == "true"
