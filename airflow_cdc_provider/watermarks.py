@@ -77,11 +77,11 @@ def collect_watermarks(store: StateStore, sink: SinkConfig, secrets: dict[str, s
     xcom = {(r["table"], int(r["index"])): r for r in (reports or [])}
     for table, p in plan.items():
         epoch, n = int(p["epoch"]), int(p["chunks"])
-        stored = [store.read_chunk_report(table, epoch, i) for i in range(n)]
-        for i, r in enumerate(stored):
-            if r is None and (table, i) in xcom:
+        stored = store.chunk_reports(table, epoch)
+        for i in range(n):
+            if i not in stored and (table, i) in xcom:
                 raise MissingChunkReports(f"{table}:{i}: XCom has a report the state store lacks; re-run the chunk")
-        finish_table(store, sink, secrets, table, epoch, n, [r for r in stored if r is not None])
+        finish_table(store, sink, secrets, table, epoch, n, [r for i, r in sorted(stored.items()) if i < n])
     seed = build_seed(store.finished_tables())
     store.write_seed(seed)
     return seed

@@ -58,20 +58,23 @@ class SnapshotChunkOperator(CdcSparkSubmitOperator):
         ti = context["ti"]
         spec = p.job_spec(server_id=server_id_for(p, max(ti.map_index, 0)), tables={table: {"chunk_key": p.config.source.chunk_key.get(table)}},
                           chunks=chunks)
-        for c in chunks:  # a report from an earlier attempt must not be mistaken for this one's
-            p.state.clear_chunk_report(table, int(c["epoch"]), int(c["index"]))
+        by_epoch: dict[int, list[int]] = {}
+        for c in chunks:
+            by_epoch.setdefault(int(c["epoch"]), []).append(int(c["index"]))
+        for epoch, indexes in by_epoch.items():  # a report from an earlier attempt must not be mistaken for this one's
+            p.state.clear_chunk_reports(table, epoch, indexes)
         if self.connect_conn_id:
             self.run_on_connect(p, spec)
         else:
             name = f"{ti.dag_id}__{ti.run_id}__{ti.map_index}__{ti.try_number}.json".replace(":", "_").replace("+", "_")
             self.configure_job(p, p.state.write_spec(name, spec.to_json()))
             self.submit(context)
-        reports = []
-        for c in chunks:
-            r = p.state.read_chunk_report(table, int(c["epoch"]), int(c["index"]))
-            if r is None:
-                raise RuntimeError(f"the Spark job ended without a report for chunk {c['split_id']}; see its log above")
-            reports.append(r)
+        stored = {e: p.state.chunk_reports(table, e) for e in by_epoch}
+        missing = [c["split_id"] for c in chunks if int(c["index"]) not in stored[int(c["epoch"])]]
+        if missing:
+            raise RuntimeError(f"the Spark job ended without a report for chunk(s) {', '.join(missing[:10])}; see its "
+                               "log above")
+        reports = [stored[int(c["epoch"])][int(c["index"])] for c in chunks]
         self.log.info("%s: %d rows, %d window changes applied", self.chunk["label"],
                       sum(r["rows"] for r in reports), sum(r["window_events_applied"] for r in reports))
         return reports

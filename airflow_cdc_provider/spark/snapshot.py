@@ -19,10 +19,10 @@ LW/HW), sink directory or tag, and emit-filter entry.
    the driver; only the window's changed keys do;
 5. give the rows version ``HW`` in the sink (parquet: publish the staged window under its version, rewritten
    only if the binlog window changed it; jdbc: versioned upserts), then one report per chunk to the state
-   store.
+   store (one file for the window).
 
-A ``.started`` marker in the state store tells a retry that an earlier attempt may have written part of
-a chunk; the JDBC sink then removes rows that attempt wrote and this one did not (deleted meanwhile).
+A window's ``.started`` marker in the state store tells a retry that an earlier attempt may have written part
+of its chunks; the JDBC sink then removes rows that attempt wrote and this one did not (deleted meanwhile).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from ..mysql.server import current_offset, server_info
 from ..mysql.sql import quote_ident, quote_table, range_predicate
 from ..mysql.types import TableSinkTypes
 from ..sinks import SinkConfig
-from ..state import StateStore, table_dir_name
+from ..state import StateStore
 from .columns import quoted
 from .jdbc_read import read_key_ranges
 from .session import default_parallelism
@@ -219,13 +219,9 @@ class SnapshotJob:
         from pyspark import StorageLevel
 
         table = str(schema.table)
-        retried = set()
-        for chunk in chunks:
-            started = f"tables/{table_dir_name(table)}/epoch={epoch}/{chunk.index}.started"
-            if self.store.exists(started):
-                retried.add(chunk.index)
-            self.store.write_json(started, {"split_id": chunk.split_id, "at": time.time()})
-            self.store.clear_chunk_report(table, epoch, chunk.index)
+        indexes = [c.index for c in chunks]
+        retried = self.store.mark_window_started(table, epoch, indexes)
+        self.store.clear_chunk_reports(table, epoch, indexes)
         t0 = time.monotonic()
 
         low = current_offset(conn, info)
@@ -259,12 +255,12 @@ class SnapshotJob:
                 folded = fold_window(self.spark, self.sink.read_staged(staged, types), types, last)
                 folded = folded.persist(StorageLevel.MEMORY_AND_DISK)
                 counts = chunk_counts(folded)
-            lost = self.sink.publish_window(staged, types, epoch, [c.index for c in chunks], high.sort_key, folded,
-                                            mid_write)
+            lost = self.sink.publish_window(staged, types, epoch, indexes, high.sort_key, folded, mid_write)
             for index in lost:  # their rows went with an earlier attempt's differently grouped directory
                 log.warning("%s:%d: its rows were replaced by an overlapping window; its report is dropped so "
                             "the snapshot cannot finish until it is read again", table, index)
-                self.store.clear_chunk_report(table, epoch, index)
+            if lost:
+                self.store.clear_chunk_reports(table, epoch, lost)
             if folded is not None:
                 folded.unpersist()
         else:
@@ -272,26 +268,23 @@ class SnapshotJob:
             if touched:
                 result = result.persist(StorageLevel.MEMORY_AND_DISK)
                 counts = chunk_counts(result)
-            self.sink.write_chunks(with_meta(result, "r", 0, high.sort_key), types, epoch, [c.index for c in chunks],
-                                   low.sort_key, retried, mid_write)
+            self.sink.write_chunks(with_meta(result, "r", 0, high.sort_key), types, epoch, indexes, low.sort_key,
+                                   retried, mid_write)
             result.unpersist()
             rows_df.unpersist()
         t_write = time.monotonic() - t_write
         seconds = round(time.monotonic() - t0, 3)
-        reports = []
-        for chunk in chunks:
-            report = {
-                **chunk_report_base(chunk),
-                "low_watermark": low.to_dict(),
-                "high_watermark": high.to_dict(),
-                "rows": int(counts.get(chunk.index, 0)),
-                "window_events_applied": applied[chunk.index],
-                "seconds": seconds,
-                "epoch": epoch,
-                "index": chunk.index,
-            }
-            self.store.write_chunk_report(epoch, chunk.index, report)
-            reports.append(report)
+        reports = [{
+            **chunk_report_base(chunk),
+            "low_watermark": low.to_dict(),
+            "high_watermark": high.to_dict(),
+            "rows": int(counts.get(chunk.index, 0)),
+            "window_events_applied": applied[chunk.index],
+            "seconds": seconds,
+            "epoch": epoch,
+            "index": chunk.index,
+        } for chunk in chunks]
+        self.store.write_window_reports(table, epoch, reports)
         log.info("window %s%s: %d rows, %d window changes, %.1fs (select %.1fs, sink write %.1fs)", chunks[0].label,
                  f" (+{len(chunks) - 1} chunks)" if len(chunks) > 1 else "", sum(counts.values()),
                  sum(applied.values()), seconds, t_select, t_write)

@@ -42,8 +42,8 @@ def test_state_store_on_s3a(s3_endpoint):
     store = StateStore(uri)
     store.ensure_writable()
     assert store.storage.listdir() == []  # the probe is gone
-    store.write_chunk_report(0, 1, {"table": "db.t", "rows": 3})
-    assert fresh(StateStore, uri).read_chunk_report("db.t", 0, 1) == {"table": "db.t", "rows": 3}
+    store.write_window_reports("db.t", 0, [{"table": "db.t", "index": 1, "rows": 3}])
+    assert fresh(StateStore, uri).read_chunk_report("db.t", 0, 1) == {"table": "db.t", "index": 1, "rows": 3}
     other = StateStore(uri)  # a second reader whose listing was cached before the write
     assert other.finished_tables() == {}
     store.write_finished_snapshot("db.t", {"table": "db.t", "epoch": 0})

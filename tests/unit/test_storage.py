@@ -23,18 +23,18 @@ def store(request, tmp_path):
 def test_reports_seed_status_and_stop_round_trip(store):
     store.ensure_writable()
     assert store.read_seed() is None and not store.stop_requested()
-    store.write_chunk_report(0, 3, {"table": "db.t", "rows": 5})
+    store.write_window_reports("db.t", 0, [{"table": "db.t", "index": 3, "rows": 5}])
     store.write_finished_snapshot("db.t", {"table": "db.t", "epoch": 0})
     store.write_finished_snapshot("db.u", {"table": "db.u", "epoch": 1})
     store.write_seed({"start": {"file": "b.000001", "pos": 4}})
     store.write_status({"state": "running"})
     store.request_stop()
-    assert store.read_chunk_report("db.t", 0, 3) == {"table": "db.t", "rows": 5}
+    assert store.read_chunk_report("db.t", 0, 3) == {"table": "db.t", "index": 3, "rows": 5}
     assert sorted(store.finished_tables()) == ["db.t", "db.u"]
     assert store.read_seed()["start"]["pos"] == 4 and store.read_status()["state"] == "running"
     assert store.stop_requested()
     store.clear_stop()
-    store.clear_chunk_report("db.t", 0, 3)
+    store.clear_chunk_reports("db.t", 0, [3])
     assert not store.stop_requested() and store.read_chunk_report("db.t", 0, 3) is None
     assert [n for n in store.storage.listdir("stream") if n.startswith(".tmp-")] == []  # no temp files left
 
@@ -79,3 +79,34 @@ def test_an_unwritable_state_path_names_the_key(tmp_path):
             StateStore(str(ro / "state")).ensure_writable()
     finally:
         os.chmod(tmp_path / "ro", 0o700)
+
+
+def report(index: int, pos: int) -> dict:
+    return {"table": "db.t", "index": index, "high_watermark": {"file": "mysql-bin.000002", "pos": pos}}
+
+
+def test_window_reports_regrouped_by_a_retry_keep_one_report_per_chunk(store):
+    store.write_window_reports("db.t", 1, [report(i, 100) for i in range(0, 4)])  # an attempt grouped 0-3
+    store.write_window_reports("db.t", 1, [report(i, 100) for i in range(4, 8)])
+    assert sorted(store.chunk_reports("db.t", 1)) == list(range(8))
+    assert store.chunk_reports("db.t", 2) == {}  # another epoch
+    # a retry regroups 2-5: it takes them out of both files first (each file keeps its other chunks)
+    store.clear_chunk_reports("db.t", 1, [2, 3, 4, 5])
+    assert sorted(store.chunk_reports("db.t", 1)) == [0, 1, 6, 7]
+    store.write_window_reports("db.t", 1, [report(i, 200) for i in range(2, 6)])
+    got = store.chunk_reports("db.t", 1)
+    assert sorted(got) == list(range(8)) and [got[i]["high_watermark"]["pos"] for i in range(8)] == [100] * 2 + [200] * 4 + [100] * 2
+    # a chunk in two files (two regrouped attempts racing): the later high watermark is the report
+    store.write_window_reports("db.t", 1, [report(i, 300) for i in range(5, 7)])
+    assert [store.chunk_reports("db.t", 1)[i]["high_watermark"]["pos"] for i in (4, 5, 6, 7)] == [200, 300, 300, 100]
+    store.clear_chunk_reports("db.t", 1, list(range(8)))
+    assert store.chunk_reports("db.t", 1) == {}
+    assert store.storage.listdir(store.epoch_rel("db.t", 1)) == []  # emptied files are gone
+
+
+def test_a_started_window_tells_a_retry_which_chunks_an_earlier_attempt_began(store):
+    assert store.mark_window_started("db.t", 0, [0, 1, 2]) == set()
+    assert store.mark_window_started("db.t", 0, [3, 4]) == set()
+    assert store.mark_window_started("db.t", 0, [0, 1, 2]) == {0, 1, 2}  # the same window, retried
+    assert store.mark_window_started("db.t", 0, [2, 3, 4, 5]) == {2, 3, 4}  # regrouped: 5 is new
+    assert store.mark_window_started("db.t", 1, [0]) == set()  # a re-snapshot starts afresh
