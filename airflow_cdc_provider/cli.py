@@ -104,7 +104,7 @@ def _spark_pipeline(args: argparse.Namespace):
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from .mysql.types import TableSinkTypes
-    from .spark.session import spark_session
+    from .spark.session import spark_session, stop_session
     from .spark.sinks import spark_sink
     from .spark.verify import verify_table
 
@@ -124,7 +124,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             ranges = [(c.start, c.end) for c in plan.chunks if c.table == schema.table]
             verdicts.append(verify_table(spark, pipeline.source, sink, TableSinkTypes.of(schema), ranges))
     finally:
-        spark.stop()
+        stop_session(spark)
     equal = all(v.equal for v in verdicts)
     if args.json:
         json.dump({"dag_id": cfg.dag_id, "equal": equal, "tables": [v.to_dict() for v in verdicts]}, sys.stdout, indent=2)
@@ -147,7 +147,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_materialize(args: argparse.Namespace) -> int:
     from .mysql.types import TableSinkTypes
-    from .spark.session import spark_session
+    from .spark.session import spark_session, stop_session
     from .spark.sinks import spark_sink
 
     try:
@@ -161,7 +161,7 @@ def cmd_materialize(args: argparse.Namespace) -> int:
         df.write.mode("overwrite").parquet(args.output)
         n = spark.read.parquet(args.output).count()
     finally:
-        spark.stop()
+        stop_session(spark)
     print(f"{args.table}: {n} rows written to {args.output}")
     return 0
 

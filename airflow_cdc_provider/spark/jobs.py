@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from ..jobspec import JobSpec, load_secrets
-from .session import spark_session
+from .session import spark_session, stop_session
 
 
 def _args(argv: list[str], what: str) -> argparse.Namespace:
@@ -41,7 +41,7 @@ def _run(argv: list[str] | None, script: str, title, runner) -> int:
     try:
         return runner(spark, spec, load_secrets())
     finally:
-        spark.stop()
+        stop_session(spark)
 
 
 def ship_package_to_executors(spark) -> None:

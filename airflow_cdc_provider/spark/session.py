@@ -72,6 +72,26 @@ def spark_session(app_name: str, master: str | None = None, conf: Mapping[str, A
     return spark
 
 
+def stop_session(spark) -> None:
+    """``spark.stop()`` without waiting for PySpark's accumulator server to notice it.
+
+    ``SparkContext.stop()`` ends with ``shutdown()`` of the driver's accumulator server, which waits for its
+    thread; that thread sits in a handler polling the JVM's connection with a 1 s timeout, so every job's
+    exit waited up to a second (0.9 s for a stream job after its batches, measured in 200k-change catch-ups
+    here: the stop took 0.91-0.92 s, 0.12-0.18 s this way). After the JVM context is stopped no update can
+    come; the server is told to stop and its socket closed, and its daemon thread ends at its next poll."""
+    sc = None if is_connect(spark) else spark.sparkContext
+    server = getattr(sc, "_accumulatorServer", None)  # pyspark-internal: without it, a plain stop()
+    if server is not None:
+        sc._accumulatorServer = None
+    try:
+        spark.stop()
+    finally:
+        if server is not None:
+            server.server_shutdown = True
+            server.server_close()
+
+
 def is_connect(spark) -> bool:
     """A Spark Connect session (no SparkContext, no JVM in this process)."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
