@@ -37,7 +37,7 @@ def job_session(task, pipeline, ship_package: bool, what: str) -> Iterator[Any]:
     from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 
     from ..deploy import package_archive
-    from ..spark.session import connect_session, session_conf
+    from ..spark.session import connect_session
 
     conn_id, conf = task.connect_conn_id, task.conf
     artifacts = [str(package_archive(pipeline.state.local_dir("dist")))] if ship_package else []
@@ -55,11 +55,6 @@ def job_session(task, pipeline, ship_package: bool, what: str) -> Iterator[Any]:
                 f"the {what} with spark-submit") from None
         freeze()  # the Connect client's modules, imported by the session, are the process's too
         task.log.info("%s on Spark Connect %s (session %s)", what, where, spark.session_id)
-        settable = session_conf(conf)
-        ignored = sorted(k for k in (conf or {}) if k not in settable or not spark.conf.isModifiable(k))
-        if ignored:
-            task.log.warning("spark.conf %s: the Spark Connect server's own settings apply, not these (only "
-                             "runtime spark.sql.* keys become session settings)", ", ".join(ignored))
         task._connect_session = spark
         try:
             yield spark

@@ -10,11 +10,14 @@ JVM start.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import socket
 from typing import Any, Mapping
 from urllib.parse import urlparse
+
+log = logging.getLogger("airflow_cdc.session")
 
 MARIADB_JAR = "/usr/share/java/mariadb-java-client.jar"
 POSTGRES_JAR = "/usr/share/java/postgresql.jar"
@@ -133,7 +136,8 @@ def check_reachable(url: str, timeout: float = 10.0) -> None:
 @contextlib.contextmanager
 def connect_session(url: str, conf: Mapping[str, Any] | None = None, artifacts: list[str] | None = None):
     """A new session on the Spark Connect server at ``url`` (``sc://host:port/;token=...``) with
-    ``session_conf(conf)``; ``artifacts`` (Python archives) go to the session so that its executors can import them.
+    ``session_conf(conf)`` (the keys of ``conf`` a session cannot set are the server's: a warning names them);
+    ``artifacts`` (Python archives) go to the session so that its executors can import them.
 
     pyspark marks the whole process as a Connect client in its environment (``SPARK_CONNECT_MODE_ENABLED``)
     and leaves the mark after ``stop()``; a spark-submit started later from this process (the stream task
@@ -148,9 +152,15 @@ def connect_session(url: str, conf: Mapping[str, Any] | None = None, artifacts: 
         try:
             # first, before any plan carries a password
             spark.conf.set("spark.sql.redaction.string.regex", SECRET_REDACTION_REGEX)
-            for k, v in session_conf(conf).items():
-                if spark.conf.isModifiable(k):  # a static key (the server's) would fail the session
+            settable = session_conf(conf)
+            static = {k for k in settable if not spark.conf.isModifiable(k)}  # the server's: setting one fails
+            for k, v in settable.items():
+                if k not in static:
                     spark.conf.set(k, v)
+            ignored = sorted(k for k in (conf or {}) if k not in settable or k in static)
+            if ignored:
+                log.warning("spark.conf %s: the Spark Connect server's own settings apply, not these (only "
+                            "runtime spark.sql.* keys become session settings)", ", ".join(ignored))
             if artifacts:
                 spark.addArtifacts(*artifacts, pyfile=True)
             yield spark
