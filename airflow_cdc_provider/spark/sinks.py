@@ -125,12 +125,16 @@ class SparkParquetSink:
             self.layout.storage.rmtree(staging)
         return lost
 
-    def write_changes(self, df, types: TableSinkTypes, batch_id: int, mid_write: Hook) -> None:
+    def write_changes(self, df, types: TableSinkTypes, batch_id: int, mid_write: Hook, rows: Callable[[], int]) -> None:
+        """``rows()``: how many rows ``df`` held, once it is written; a batch with none publishes nothing."""
         table = str(types.schema.table)
         staging = self.layout.staging_dir(table)
         df.write.mode("overwrite").parquet(self.layout.location(staging))
         mid_write()
-        self.layout.publish(staging, self.layout.batch_dir(table, batch_id))
+        if rows():
+            self.layout.publish(staging, self.layout.batch_dir(table, batch_id))
+        else:
+            self.layout.storage.rmtree(staging)
 
     def current_state(self, types: TableSinkTypes, include_meta: bool = False):
         """Rows of the current snapshot epoch + newer changes; newest version per key; deletes dropped."""
@@ -194,10 +198,15 @@ class SparkPostgresSink:
         )
         mirror = self.mirror
 
-        def write_partition(rows) -> None:
-            mirror.upsert(table, data_cols, keys, (tuple(bytes(v) if isinstance(v, bytearray) else v for v in r) for r in rows))
+        def write_partition(batches):
+            import pyarrow as pa
 
-        out.foreachPartition(write_partition)
+            rows = (row for b in batches for row in zip(*(c.to_pylist() for c in b.columns)))
+            yield pa.RecordBatch.from_pydict({"rows": [mirror.upsert(table, data_cols, keys, rows)]})
+
+        # a DataFrame action (not foreachPartition, an RDD's), so an observation of ``df`` sees it; rows reach
+        # Python as Arrow columns, by position (mapInArrow refers to columns by name, unquoted)
+        out.toDF(*[f"c{i}" for i in range(len(out.columns))]).mapInArrow(write_partition, "rows bigint").collect()
 
     def write_chunks(self, df, types: TableSinkTypes, epoch: int, indexes: list[int], low_watermark: tuple,
                      retried: set[int], mid_write: Hook) -> None:
@@ -208,7 +217,7 @@ class SparkPostgresSink:
         for index in sorted(retried):
             self.mirror.sweep_chunk(str(types.schema.table), f"{epoch}:{index}", low_watermark)
 
-    def write_changes(self, df, types: TableSinkTypes, batch_id: int, mid_write: Hook) -> None:
+    def write_changes(self, df, types: TableSinkTypes, batch_id: int, mid_write: Hook, rows: Callable[[], int]) -> None:
         self._upsert(latest_per_key(df, types.schema.key_columns), types, None)
         mid_write()
 

@@ -185,3 +185,29 @@ def test_empty_table_and_a_string_key_window_then_stream(source_db, tmp_path, sp
     p.stream()
     for t in ("empty_t", "words"):
         assert sink_rows(spark, p.sink, p.secrets, table_types(source_db, t)) == source_rows(source_db, t)
+
+
+def test_a_batch_without_rows_of_the_captured_table_publishes_nothing(source_db, tmp_path, spark, server_id):
+    """One captured table: its batches are written straight from the source and counted on the way. A batch
+    whose binlog holds only another table's changes writes nothing a reader sees (no ``batch=`` directory, no
+    staging left), and the next batch with changes is streamed as usual."""
+    make_orders(source_db, 200)
+    source_db.execute("CREATE TABLE other (id INT PRIMARY KEY, v INT)")
+    p = Pipeline(source_db, tmp_path, parquet_sink(tmp_path), ["orders"], chunk_size=100)
+    p.snapshot(p.plan())
+    seed = p.collect()
+    source_db.executemany("INSERT INTO other VALUES (%s, %s)", [(i, i) for i in range(300)])
+    p.stream()
+    status = p.state.read_status()
+    assert status["state"] == "finished" and status["batches"] >= 1 and status["rows_emitted"] == 0, status
+    layout = ParquetLayout(p.sink.path)
+    table = source_db.table("orders")
+    assert not layout.has_changes(table)
+    assert layout.storage.listdir(f"{layout.table_dir(table)}/_staging") == []
+
+    source_db.execute("UPDATE orders SET v = v + 1 WHERE id <= 5")
+    p.stream()
+    assert p.state.read_status()["rows_emitted"] == 5
+    got = changelog(spark, p.sink.path, table)
+    assert sorted(got) == sorted(expected_changelog(source_db, seed, table, server_id)) and len(got) == 5
+    assert sink_rows(spark, p.sink, p.secrets, table_types(source_db, "orders")) == source_rows(source_db, "orders")
