@@ -1,7 +1,7 @@
 """Spark writers of the two sinks, behind one small interface.
 
 ``prepare`` (once per table and job), the snapshot window write, ``write_changes`` (one stream micro-batch,
-idempotent per batch id) and ``current_state`` (the table as the sink holds it now, for ``verify`` and
+idempotent per batch id; its row count, ``rows()``, may be known only once it is written) and ``current_state`` (the table as the sink holds it now, for ``verify`` and
 ``materialize``). Window rows are tagged with their chunk index in ``CHUNK_COLUMN``. A snapshot window is
 written one of two ways, named by ``stages_in_window``: parquet stages the rows inside the window and
 publishes them once the HW is known (``stage_window`` / ``publish_window``); jdbc gets the rows after the
@@ -218,6 +218,7 @@ class SparkPostgresSink:
             self.mirror.sweep_chunk(str(types.schema.table), f"{epoch}:{index}", low_watermark)
 
     def write_changes(self, df, types: TableSinkTypes, batch_id: int, mid_write: Hook, rows: Callable[[], int]) -> None:
+        """``rows`` is not needed: an upsert of no rows changes nothing."""
         self._upsert(latest_per_key(df, types.schema.key_columns), types, None)
         mid_write()
 
