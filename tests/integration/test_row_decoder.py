@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import zlib
 from decimal import Decimal
 
 import pytest
+from pymysqlreplication import BinLogStreamReader
 
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.mysql.binlog import TableChangeReader, read_changes_between
+from airflow_cdc_provider.mysql.row_events import PacketReader
 from airflow_cdc_provider.mysql.schema import load_schema
 from airflow_cdc_provider.mysql.server import SourceError, current_offset
 
@@ -175,3 +178,70 @@ def test_compressed_row_events_of_a_captured_table_fail_the_read(mariadb, source
     assert list(read_changes_between(source_db.settings, 9301, start, middle, schemas)) == []
     with pytest.raises(SourceError, match=r"cap.*log_bin_compress=ON.*SET GLOBAL log_bin_compress=OFF"):
         list(read_changes_between(source_db.settings, 9302, start, end, schemas))
+
+
+def as_mysql_v2(data: bytes, checksum: int) -> bytes:
+    """A MariaDB V1 row event packet (OK byte + event) laid out as MySQL writes it, V2: the type + 7, and an
+    extra-data block after the flags (its 2-byte length counts itself; a partition id here, as MySQL logs for
+    a partitioned table), with the event's size and CRC32 made to match."""
+    extra = (5).to_bytes(2, "little") + bytes([1]) + (3).to_bytes(2, "little")  # RW_V_EXTRAINFO_PART, partition 3
+    at = 1 + 19 + 8  # OK byte, event header, table id + flags
+    event = bytearray(data[1:at] + extra + data[at:len(data) - checksum])
+    event[4] += 7  # WRITE/UPDATE/DELETE_ROWS_EVENT_V1 (23-25) -> _V2 (30-32)
+    event[9:13] = (len(event) + checksum).to_bytes(4, "little")
+    if checksum:
+        event += zlib.crc32(event).to_bytes(4, "little")
+    return bytes([0]) + bytes(event)
+
+
+def test_mysql_v2_row_events_decode_by_the_compiled_plans(source_db, server_id, monkeypatch):
+    """MySQL writes row events V2 (a 10-byte post-header and an extra-data block); MariaDB writes V1. The same
+    binlog range read with each row event rewritten as V2 on the wire gives the same changes, every one decoded
+    by the compiled plans from the packet's bytes (the extra data skipped by its length), none by the library."""
+    schema, start = create(source_db, "CREATE TABLE v2 (id INT PRIMARY KEY, a VARCHAR(10), b BIGINT)", "v2", "+00:00")
+    source_db.execute("INSERT INTO v2 VALUES (1, 'one', 10), (2, 'two', NULL), (3, 'three', -3)")
+    source_db.execute("UPDATE v2 SET a = 'uno', b = b + 1 WHERE id <= 2")
+    source_db.execute("DELETE FROM v2 WHERE id = 3")
+    with source_db.connection() as conn:
+        end = current_offset(conn)
+    tables = {schema.table: schema}
+    as_written = list(read_changes_between(source_db.settings, server_id, start, end, tables))
+
+    rewritten = []
+    connect = BinLogStreamReader._BinLogStreamReader__connect_to_stream
+
+    def connect_to_stream(stream):
+        connect(stream)
+        conn, read = stream._stream_connection, stream._stream_connection._read_packet
+        checksum = 4 if stream._BinLogStreamReader__use_checksum else 0
+
+        def read_packet(*args, **kwargs):
+            packet = read(*args, **kwargs)
+            data = packet._data
+            if len(data) > 20 and data[0] == 0 and data[5] in (23, 24, 25):
+                packet._data = as_mysql_v2(data, checksum)
+                rewritten.append(packet._data[5])
+            return packet
+
+        conn._read_packet = read_packet
+
+    monkeypatch.setattr(BinLogStreamReader, "_BinLogStreamReader__connect_to_stream", connect_to_stream)
+    from_packet = []  # events the packet reader decoded from its own bytes, not from the library's event
+    compiled = PacketReader._compiled
+
+    def compiled_from_packet(self, *args):
+        records = compiled(self, *args)
+        from_packet.append(records is not None)
+        return records
+
+    monkeypatch.setattr(PacketReader, "_compiled", compiled_from_packet)
+    reader = TableChangeReader(tables)
+    as_v2 = list(read_changes_between(source_db.settings, server_id, start, end, tables, reader=reader))
+
+    assert sorted(rewritten) == [30, 31, 32]  # one event of each kind, each now V2
+    assert from_packet == [True] * 3 and reader.events == {"compiled": 3, "library": 0}
+    assert [(r.op, r.key, r.before, r.after) for r in as_v2] == [(r.op, r.key, r.before, r.after) for r in as_written]
+    assert [(r.op, r.key, dict(r.image)) for r in as_v2] == [
+        ("c", (1,), {"id": 1, "a": "one", "b": 10}), ("c", (2,), {"id": 2, "a": "two", "b": None}),
+        ("c", (3,), {"id": 3, "a": "three", "b": -3}), ("u", (1,), {"id": 1, "a": "uno", "b": 11}),
+        ("u", (2,), {"id": 2, "a": "uno", "b": None}), ("d", (3,), {"id": 3, "a": "three", "b": -3})]
