@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import time
 from typing import Any, Callable, Iterator
 
 
@@ -33,7 +34,8 @@ def job_session(task, pipeline, ship_package: bool, what: str) -> Iterator[Any]:
     """A new session of the server named by ``task.connect_conn_id``, with ``task.conf``, for one job attempt,
     set as ``task._connect_session`` while it lasts (``interrupt`` stops its Spark jobs). ``ship_package``:
     the server's Python workers run our code, so the package archive goes to the session. An unreachable
-    server fails at once, naming the key."""
+    server fails at once, naming the key. Logs how long the session lasted, from after the client's import
+    to its stop: the task's time beyond it is Airflow's, this operator's and the client's import."""
     from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 
     from ..deploy import package_archive
@@ -45,6 +47,11 @@ def job_session(task, pipeline, ship_package: bool, what: str) -> Iterator[Any]:
     where = url.split("/;", 1)[0]  # without the token
     with contextlib.ExitStack() as stack:
         freeze = stack.enter_context(frozen_heap())
+        import pyspark.sql.connect.session  # noqa: F401 - the client (pandas included), timed apart from the session
+
+        started, opened = time.monotonic(), False
+        stack.callback(lambda: opened and task.log.info("%s: Spark Connect session ran %.2f s (open to stop)", what,
+                                                        time.monotonic() - started))
         try:
             spark = stack.enter_context(connect_session(url, conf=conf, artifacts=artifacts))
         except Exception as exc:  # noqa: BLE001 - gRPC errors of every kind mean the same to the user
@@ -53,6 +60,7 @@ def job_session(task, pipeline, ship_package: bool, what: str) -> Iterator[Any]:
                 f"({type(exc).__name__}: {str(exc).splitlines()[0][:300]}); start the server (spark-submit --class "
                 "org.apache.spark.sql.connect.service.SparkConnectServer) or remove spark.connect_conn_id to run "
                 f"the {what} with spark-submit") from None
+        opened = True
         freeze()  # the Connect client's modules, imported by the session, are the process's too
         task.log.info("%s on Spark Connect %s (session %s)", what, where, spark.session_id)
         task._connect_session = spark

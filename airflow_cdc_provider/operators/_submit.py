@@ -18,6 +18,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +127,9 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
 
     def submit(self, context: Any) -> None:
         """Run the configured job to its end (SparkSubmitOperator.execute); publish the class archive its JVM
-        dumped, if it dumped one."""
+        dumped, if it dumped one. Logs how long spark-submit ran: the task's time beyond it is Airflow's and
+        this operator's."""
+        started = time.monotonic()
         try:
             super().execute(context)
         except BaseException:
@@ -137,6 +140,7 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
             if self._archive and self._archive.publish(self._archive_options):
                 self.log.info("JVM class archive published for later %s jobs: %s", self.job, self._archive.path)
         finally:
+            self.log.info("%s: spark-submit ran %.2f s (command to exit)", self.job, time.monotonic() - started)
             self.release_secrets()
 
     def _use_class_archive(self, detached: bool) -> None:

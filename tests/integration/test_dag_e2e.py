@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -57,6 +58,9 @@ def test_snapshot_then_stream_then_resume_then_resnapshot(airflow_home, source_d
     middle = [t for t in orders if "inf" not in t["label"]]
     assert len(orders) == 3 and len(middle) == 1, [t["label"] for t in chunks]
     assert middle[0]["try_number"] == 2 and (tmp_path / "fault-once").exists()  # chunk 1 killed once, retried
+    # every attempt logs how long its spark-submit ran, the killed one too (what make bench compares with)
+    log1 = (tmp_path / "run1.log").read_text(errors="replace")
+    assert len(re.findall(r"snapshot_chunk: spark-submit ran \d+\.\d\d s \(command to exit\)", log1)) == 5
     assert [t["try_number"] for t in orders if t is not middle[0]] == [1, 1]
     reports = [r for k, v in run1["xcom"].items() if k.startswith("snapshot_chunk[") for r in v]
     assert sorted(r["split_id"] for r in reports) == sorted(

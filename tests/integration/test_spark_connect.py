@@ -5,6 +5,7 @@ Same watermark job, same sinks, same exactly-once result; no password in the ser
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
 
 import pytest
@@ -45,6 +46,8 @@ def test_dag_chunks_on_spark_connect_then_stream(airflow_home, source_db, postgr
     assert sorted(t["try_number"] for t in chunks) == [1, 1, 1, 2]  # the failed chunk, retried
     log = (tmp_path / "run1.log").read_text(errors="replace")
     assert log.count(f"chunk job on Spark Connect sc://127.0.0.1:{connect_server.port}") == 5, "4 chunks + 1 retry"
+    # each attempt logs how long its session ran (what make bench compares the task's time with)
+    assert len(re.findall(r"chunk job: Spark Connect session ran \d+\.\d\d s \(open to stop\)", log)) == 5
     assert "airflow-cdc-snapshot" not in log  # no chunk went through spark-submit (its app name)
     assert ("spark.conf spark.executor.memory, spark.sql.extensions.test.loadFromCp: the Spark Connect server's own "
             "settings apply") in log  # warned about, not failing the session
