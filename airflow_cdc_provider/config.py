@@ -17,7 +17,8 @@ Schema (sections other than ``source`` are optional)::
     snapshot:
       chunk_size: 8096               # rows per chunk
       max_active_chunks: 1           # chunk tasks running at once
-      rows_per_task: 10000000        # consecutive chunks share a task (one Spark application) up to this
+      rows_per_task: 10000000        # chunks share a task (one Spark application) up to this: a table's
+                                     # consecutive chunks, or several whole small tables
       even_distribution_lower_bound: 0.05
       even_distribution_upper_bound: 1000.0
       even_split: true               # false: boundaries always from the database

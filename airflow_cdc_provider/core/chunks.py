@@ -206,24 +206,30 @@ def split_table(
 
 @dataclass
 class ChunkTask:
-    """The unit one mapped Airflow task (one Spark application) works on: consecutive chunks of one table."""
+    """The unit one mapped Airflow task (one Spark application) works on: consecutive chunks of one table, or
+    several whole small tables, one after the other."""
 
     chunks: list[Chunk] = field(default_factory=list)
 
     @property
-    def table(self) -> TableId:
-        return self.chunks[0].table
+    def tables(self) -> list[TableId]:
+        return list(dict.fromkeys(c.table for c in self.chunks))
 
     @property
     def label(self) -> str:
         if len(self.chunks) == 1:
             return self.chunks[0].label
+        tables = self.tables
+        if len(tables) > 1:
+            more = len(tables) - 1
+            return f"{tables[0]} and {more} more table{'s' if more > 1 else ''} ({len(self.chunks)} chunks)"
         first, last = self.chunks[0], self.chunks[-1]
         merged = Chunk(first.table, first.index, first.key_columns, first.start, last.end)
         return f"{merged.label} ({len(self.chunks)} chunks)"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"table": str(self.table), "label": self.label, "chunks": [c.to_dict() for c in self.chunks]}
+        return {"tables": [str(t) for t in self.tables], "label": self.label,
+                "chunks": [c.to_dict() for c in self.chunks]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ChunkTask":
@@ -231,9 +237,11 @@ class ChunkTask:
 
 
 def group_into_tasks(chunks: Iterable[Chunk], max_tasks: int, chunks_per_task: int = 1) -> list[ChunkTask]:
-    """Consecutive chunks of a table share a task, at most ``chunks_per_task`` of them (a task is one Spark
-    application, so grouping amortises its start-up), and never more tasks than ``max_tasks`` (Airflow's
-    ``[core] max_map_length``): above that, each table's chunks are spread as evenly as possible."""
+    """Tasks of at most ``chunks_per_task`` chunks each (a task is one Spark application, so grouping
+    amortises its start-up): a table of more chunks is spread evenly over tasks of its consecutive chunks;
+    a table of that many or fewer is read whole by one task, which consecutive such tables share while their
+    chunks fit. Never more tasks than ``max_tasks`` (Airflow's ``[core] max_map_length``): above that, tasks
+    take more chunks each, the fewest more that fit, down to one task for everything."""
     if max_tasks < 1:
         raise ValueError(f"max_tasks must be >= 1, got {max_tasks}")
     if chunks_per_task < 1:
@@ -241,29 +249,34 @@ def group_into_tasks(chunks: Iterable[Chunk], max_tasks: int, chunks_per_task: i
     by_table: dict[TableId, list[Chunk]] = {}
     for c in chunks:
         by_table.setdefault(c.table, []).append(c)
-    wanted = {t: -(-len(cs) // chunks_per_task) for t, cs in by_table.items()}
-    if sum(wanted.values()) <= max_tasks:
-        return [task for t, cs in by_table.items() for task in _spread(cs, wanted[t])]
-    total = sum(len(cs) for cs in by_table.values())
-    if len(by_table) > max_tasks:
-        raise ValueError(
-            f"{len(by_table)} tables cannot fit in {max_tasks} mapped tasks; raise [core] max_map_length "
-            "or split the pipeline into several DAGs"
-        )
-    # give each table a share of the task budget proportional to its chunk count (at least one task)
-    tables = list(by_table)
-    shares = {t: max(1, len(by_table[t]) * max_tasks // total) for t in tables}
-    while sum(shares.values()) > max_tasks:
-        biggest = max(tables, key=lambda t: shares[t])
-        shares[biggest] -= 1
-    spare = max_tasks - sum(shares.values())
-    for t in sorted(tables, key=lambda t: -len(by_table[t]) / shares[t]):
-        if spare == 0:
-            break
-        if shares[t] < len(by_table[t]):
-            shares[t] += 1
-            spare -= 1
-    return [task for t in tables for task in _spread(by_table[t], min(shares[t], len(by_table[t])))]
+    tables = list(by_table.values())
+    tasks = _group(tables, chunks_per_task)
+    if len(tasks) <= max_tasks:
+        return tasks
+    lo, hi = chunks_per_task + 1, max(chunks_per_task + 1, sum(len(cs) for cs in tables))  # hi: a single task
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if len(_group(tables, mid)) <= max_tasks:
+            hi = mid
+        else:
+            lo = mid + 1
+    return _group(tables, lo)
+
+
+def _group(tables: list[list[Chunk]], per_task: int) -> list[ChunkTask]:
+    """The tables' chunks (in order) in tasks of at most ``per_task`` chunks, as ``group_into_tasks`` says."""
+    tasks: list[ChunkTask] = []
+    shared: ChunkTask | None = None  # the task that consecutive small tables fill
+    for cs in tables:
+        if len(cs) > per_task:
+            tasks += _spread(cs, -(-len(cs) // per_task))
+            shared = None
+        elif shared is not None and len(shared.chunks) + len(cs) <= per_task:
+            shared.chunks.extend(cs)
+        else:
+            shared = ChunkTask(list(cs))
+            tasks.append(shared)
+    return tasks
 
 
 def _spread(cs: list[Chunk], n: int) -> list[ChunkTask]:

@@ -47,9 +47,9 @@ class PlanChunksOperator(BaseOperator):
     A table needs a snapshot unless the state store holds a finished one; ``dag_run.conf["resnapshot"]``
     (a list of ``db.table``) forces one. The list never exceeds ``[core] max_map_length``: chunks are
     grouped into more per task when there are more. The per-table plan (epoch, chunk count) goes to XCom key
-    ``plan`` for ``CollectWatermarksOperator``. Consecutive chunks share a task up to ``snapshot.rows_per_task``
-    rows (one Spark application reads them in one watermark window); set it to ``chunk_size`` for one task
-    per chunk.
+    ``plan`` for ``CollectWatermarksOperator``. Chunks share a task up to ``snapshot.rows_per_task`` rows (one
+    Spark application, one JVM start): a bigger table's consecutive chunks (read in one watermark window), or
+    several whole small tables, read one after the other; set it to ``chunk_size`` for one task per chunk.
     """
 
     template_fields: Sequence[str] = ("config",)

@@ -54,14 +54,14 @@ class SnapshotChunkOperator(CdcSparkSubmitOperator):
         context["chunk_label"] = self.chunk["label"]  # map_index_template: 'db.t [a, b)' in the UI
         p = load_pipeline(self.config)
         chunks = self.chunk["chunks"]
-        table = chunks[0]["table"]
+        tables = list(dict.fromkeys(c["table"] for c in chunks))  # several whole small tables may share a task
         ti = context["ti"]
-        spec = p.job_spec(server_id=server_id_for(p, max(ti.map_index, 0)), tables={table: {"chunk_key": p.config.source.chunk_key.get(table)}},
-                          chunks=chunks)
-        by_epoch: dict[int, list[int]] = {}
+        spec = p.job_spec(server_id=server_id_for(p, max(ti.map_index, 0)),
+                          tables={t: {"chunk_key": p.config.source.chunk_key.get(t)} for t in tables}, chunks=chunks)
+        by_table_epoch: dict[tuple[str, int], list[int]] = {}  # (table, epoch) -> chunk indexes
         for c in chunks:
-            by_epoch.setdefault(int(c["epoch"]), []).append(int(c["index"]))
-        for epoch, indexes in by_epoch.items():  # a report from an earlier attempt must not be mistaken for this one's
+            by_table_epoch.setdefault((c["table"], int(c["epoch"])), []).append(int(c["index"]))
+        for (table, epoch), indexes in by_table_epoch.items():  # no earlier attempt's report is taken for this one's
             p.state.clear_chunk_reports(table, epoch, indexes)
         if self.connect_conn_id:
             self.run_on_connect(p, spec)
@@ -69,12 +69,12 @@ class SnapshotChunkOperator(CdcSparkSubmitOperator):
             name = f"{ti.dag_id}__{ti.run_id}__{ti.map_index}__{ti.try_number}.json".replace(":", "_").replace("+", "_")
             self.configure_job(p, p.state.write_spec(name, spec.to_json()))
             self.submit(context)
-        stored = {e: p.state.chunk_reports(table, e) for e in by_epoch}
-        missing = [c["split_id"] for c in chunks if int(c["index"]) not in stored[int(c["epoch"])]]
+        stored = {k: p.state.chunk_reports(*k) for k in by_table_epoch}
+        missing = [c["split_id"] for c in chunks if int(c["index"]) not in stored[c["table"], int(c["epoch"])]]
         if missing:
             raise RuntimeError(f"the Spark job ended without a report for chunk(s) {', '.join(missing[:10])}; see its "
                                "log above")
-        reports = [stored[int(c["epoch"])][int(c["index"])] for c in chunks]
+        reports = [stored[c["table"], int(c["epoch"])][int(c["index"])] for c in chunks]
         self.log.info("%s: %d rows, %d window changes applied", self.chunk["label"],
                       sum(r["rows"] for r in reports), sum(r["window_events_applied"] for r in reports))
         return reports

@@ -34,7 +34,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from ..core.chunks import Chunk, chunk_locator
+from ..core.chunks import Chunk, TableId, chunk_locator
 from ..core.keys import Key
 from ..core.records import OP_DELETE, ChangeRecord
 from ..faults import FaultSwitch
@@ -192,23 +192,31 @@ class SnapshotJob:
         self.partitions = spec.read_partitions or default_parallelism(spark)
 
     def run(self) -> list[dict[str, Any]]:
+        """Each table's chunks (a task holds consecutive chunks of one table or several whole small tables, in
+        the plan's order), read in watermark windows one after the other, through one source connection."""
         chunks = [Chunk.from_dict(c) for c in self.spec.chunks]
         epochs = [int(c["epoch"]) for c in self.spec.chunks]
-        tables = {c.table for c in chunks}
-        if len(tables) != 1:
-            raise ValueError(f"a snapshot job reads chunks of one table, got {sorted(map(str, tables))}")
-        table = tables.pop()
-        chunk_key = (self.spec.tables.get(str(table)) or {}).get("chunk_key")
+        by_table: dict[TableId, list[int]] = {}
+        for i, c in enumerate(chunks):
+            by_table.setdefault(c.table, []).append(i)
         reports = []
         with contextlib.closing(connect(self.settings)) as conn:
             info = server_info(conn)
-            schema = load_schema(conn, table, chunk_key)
-            types = TableSinkTypes.of(schema)
-            self.sink.prepare(types)
-            order = DatabaseKeyOrder(conn, schema)
-            for positions in windows(chunks, epochs, None if schema.single_integer_key else MAX_CHUNKS_PER_WINDOW):
-                reports += self.read_window(conn, info, schema, types, order, [chunks[i] for i in positions],
-                                            epochs[positions[0]])
+            for table, positions in by_table.items():
+                reports += self.read_table(conn, info, table, [chunks[i] for i in positions],
+                                           [epochs[i] for i in positions])
+        return reports
+
+    def read_table(self, conn, info, table: TableId, chunks: list[Chunk], epochs: list[int]) -> list[dict[str, Any]]:
+        chunk_key = (self.spec.tables.get(str(table)) or {}).get("chunk_key")
+        schema = load_schema(conn, table, chunk_key)
+        types = TableSinkTypes.of(schema)
+        self.sink.prepare(types)
+        order = DatabaseKeyOrder(conn, schema)
+        reports = []
+        for positions in windows(chunks, epochs, None if schema.single_integer_key else MAX_CHUNKS_PER_WINDOW):
+            reports += self.read_window(conn, info, schema, types, order, [chunks[i] for i in positions],
+                                        epochs[positions[0]])
         return reports
 
     def _hit(self, point: str, chunks: list[Chunk]) -> None:

@@ -71,6 +71,8 @@ def test_sysbench_load_during_snapshot_and_stream(airflow_home, source_db, maria
         regions.stop.set()
         regions.join(30)
     assert run1["state"] == "success", run1
+    chunk_tasks = [t for t in run1["tis"] if t["task_id"] == "snapshot_chunk"]  # both tables fit one task
+    assert len(chunk_tasks) == 1 and chunk_tasks[0]["label"].startswith(f"{source_db.table('sbtest1')} and 1 more table (")
     # "[ 12s ] thds: 2 tps: 99.97 ..." once a second (SIGINT skips sysbench's final summary)
     transactions = sum(float(line.split(" tps: ")[1].split()[0]) for line in load_out.splitlines() if " tps: " in line)
     assert transactions > 100 and regions.ops > 100, load_out[-2000:]

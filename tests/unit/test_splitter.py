@@ -183,9 +183,39 @@ def test_chunk_locator_finds_the_chunk_of_a_key_inside_consecutive_chunks():
         chunk_locator([chunks[0], chunks[2]])
 
 
-def test_more_tables_than_tasks_is_an_actionable_error():
-    with pytest.raises(ValueError, match="max_map_length"):
-        group_into_tasks(_chunks(1, "db.a") + _chunks(1, "db.b"), 1)
+def test_small_tables_share_a_task_while_their_chunks_fit():
+    """Whole tables of up to ``chunks_per_task`` chunks are packed in order into shared tasks (one Spark
+    application for several small tables); a bigger table keeps tasks of its own."""
+    chunks = (_chunks(2, "db.a") + _chunks(1, "db.b") + _chunks(10, "db.big") + _chunks(3, "db.c")
+              + _chunks(2, "db.d"))
+    tasks = group_into_tasks(chunks, 1024, chunks_per_task=4)
+    assert [[str(t) for t in task.tables] for task in tasks] == [
+        ["db.a", "db.b"], ["db.big"], ["db.big"], ["db.big"], ["db.c"], ["db.d"]]
+    assert sorted(c.split_id for t in tasks for c in t.chunks) == sorted(c.split_id for c in chunks)
+    assert tasks[0].label == "db.a and 1 more table (3 chunks)"
+    assert group_into_tasks(_chunks(1, "db.x") + _chunks(1, "db.y") + _chunks(1, "db.z"), 9, 3)[0].label == \
+        "db.x and 2 more tables (3 chunks)"
+    # one task per chunk (rows_per_task = chunk_size): no sharing
+    assert len(group_into_tasks(chunks, 1024, chunks_per_task=1)) == len(chunks)
+
+
+def test_many_small_tables_fit_max_map_length_by_sharing_tasks():
+    chunks = [c for i in range(30) for c in _chunks(1 + i % 3, f"db.t{i}")] + _chunks(20, "db.big")
+    tasks = group_into_tasks(chunks, 5, chunks_per_task=1)
+    assert len(tasks) <= 5
+    assert sorted(c.split_id for t in tasks for c in t.chunks) == sorted(c.split_id for c in chunks)
+    for t in tasks:  # a task holds whole tables, or consecutive chunks of one table
+        for table in t.tables:
+            mine = [c.index for c in t.chunks if c.table == table]
+            whole = [c.index for c in chunks if c.table == table]
+            assert mine == whole or (len(t.tables) == 1 and mine == list(range(mine[0], mine[-1] + 1)))
+    assert any(len(t.tables) > 1 for t in tasks) and any(str(t.tables[0]) == "db.big" for t in tasks)
+
+
+def test_max_map_length_below_the_table_count_puts_tables_together():
+    tasks = group_into_tasks(_chunks(3, "db.a") + _chunks(3, "db.b") + _chunks(1, "db.c"), 1, chunks_per_task=2)
+    assert len(tasks) == 1 and [str(t) for t in tasks[0].tables] == ["db.a", "db.b", "db.c"]
+    assert len(group_into_tasks(_chunks(1, "db.a") + _chunks(1, "db.b"), 1)) == 1
 
 
 def test_labels_and_round_trip():
