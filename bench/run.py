@@ -1,7 +1,8 @@
 """``make bench``: our pipeline against what users would run instead, measured in the same run.
 
-    python bench/run.py [--rows 1000000,5000000] [--changes 200000] [--latency-seconds 60]
-                        [--memory-changes 1000000] [--only snapshot,catchup,latency,memory]
+    python bench/run.py [--rows 1000000,5000000] [--tables 10x100000] [--changes 200000]
+                        [--latency-seconds 60] [--memory-changes 1000000]
+                        [--only snapshot,tables,catchup,latency,memory]
 
 Everything runs on this machine: a private MariaDB (binlog ROW/FULL) with sysbench tables, a private
 PostgreSQL for the JDBC sink, Airflow (SQLite) running the real generated DAG with ``dag.test()``, and Spark
@@ -12,6 +13,9 @@ PostgreSQL for the JDBC sink, Airflow (SQLite) running the real generated DAG wi
   table over JDBC with 2 partitions and writing Parquet; then the same DAG with its chunk tasks on a
   long-lived Spark Connect server (``spark.connect_conn_id``, opt-in; the server is started first and its
   start-up reported on its own line), also against the same plain reload run through that server;
+* tables: the snapshot phase of a schema of many small tables (default settings: they share one chunk task)
+  vs one plain spark-submit reloading them one after the other, and the same DAG with one chunk task per
+  table (``rows_per_task`` of one table's chunks) for reference;
 * catch-up: the stream task applying the row changes of sysbench oltp_write_only (parquet and jdbc sinks) vs
   a bare python-mysql-replication loop that only decodes the same events (decoded before our runs and again
   after them; each of ours is compared with the mean of the two, as the machine's speed drifts within a
@@ -52,6 +56,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from airflow_cdc_provider.class_archive import ARCHIVE_DIR_ENV  # noqa: E402
+from airflow_cdc_provider.core.chunks import DEFAULT_CHUNK_SIZE  # noqa: E402
 from airflow_cdc_provider.core.offsets import BinlogOffset  # noqa: E402
 from airflow_cdc_provider.mysql.server import current_offset  # noqa: E402
 from airflow_cdc_provider.mysql.settings import ConnectionSettings  # noqa: E402
@@ -161,15 +166,16 @@ class Bench:
 
     # -- helpers -----------------------------------------------------------------------------------
     def pipeline(self, dag_id: str, tables: list[str], sink: str = "parquet", stream: dict | None = None,
-                 spark: dict | None = None) -> Path:
-        """A pipeline YAML with the default snapshot settings (what a user gets without tuning)."""
+                 spark: dict | None = None, snapshot: dict | None = None) -> Path:
+        """A pipeline YAML with the default snapshot settings (what a user gets without tuning) but ``snapshot``'s."""
         sink_yaml = (f"sink:\n  type: parquet\n  path: {self.work / dag_id / 'sink'}\n" if sink == "parquet" else
                      f"sink:\n  type: jdbc\n  conn_id: bench_pg\n  schema: {dag_id}\n")
         p = self.work / "pipelines" / f"{dag_id}.yaml"
         p.write_text(f"dag_id: {dag_id}\nsource:\n  conn_id: bench_source\n  tables: {json.dumps(tables)}\n"
                      f"{sink_yaml}state:\n  path: {self.work / dag_id / 'state'}\n"
                      f"stream: {json.dumps(stream or {'mode': 'available_now'})}\n"
-                     + (f"spark: {json.dumps(spark)}\n" if spark else ""))
+                     + (f"spark: {json.dumps(spark)}\n" if spark else "")
+                     + (f"snapshot: {json.dumps(snapshot)}\n" if snapshot else ""))
         return p
 
     def run(self, dag_id: str) -> dict:
@@ -183,13 +189,19 @@ class Bench:
         tis = [t for t in result["tis"] if t["task_id"] in tasks and t["start"] and t["end"]]
         return max(t["end"] for t in tis) - min(t["start"] for t in tis)
 
-    def prepare(self, db: str, rows: int) -> None:
+    def prepare(self, db: str, rows: int, tables: int = 1) -> list[str]:
+        """sysbench tables ``db.sbtest1..N`` of ``rows`` rows each, in the buffer pool; their names."""
         t = time.monotonic()
         self.db.create_database(db)
-        sysbench(self.db, db, "prepare", rows, test="oltp_read_write")
+        sysbench(self.db, db, "prepare", rows, f"--tables={tables}", test="oltp_read_write")
+        names = [f"sbtest{i}" for i in range(1, tables + 1)]
         with contextlib.closing(self.db.app_connection(db)) as c, c.cursor() as cur:
-            cur.execute("SELECT COUNT(*), SUM(LENGTH(c)) FROM sbtest1")  # warm the buffer pool
-        print(f"  sysbench prepare {db}.sbtest1 ({rows} rows): {time.monotonic() - t:.0f}s", flush=True)
+            for name in names:
+                cur.execute(f"SELECT COUNT(*), SUM(LENGTH(c)) FROM {name}")  # warm the buffer pool
+                if cur.fetchone()[0] != rows:
+                    raise RuntimeError(f"sysbench prepared {db}.{name} without {rows} rows")
+        print(f"  sysbench prepare {db}: {tables} table(s) of {rows} rows: {time.monotonic() - t:.0f}s", flush=True)
+        return [f"{db}.{name}" for name in names]
 
     def offset(self) -> BinlogOffset:
         with contextlib.closing(self.db.app_connection()) as c:
@@ -211,14 +223,15 @@ class Bench:
                          "-")
 
     def plain_reload(self, db: str, rows: int, out: str, remote: str | None = None, java_options: str = "",
-                     python: str | None = None, conf: dict[str, str] | None = None) -> float:
+                     python: str | None = None, conf: dict[str, str] | None = None,
+                     tables: list[str] | None = None) -> float:
         """Seconds of the baseline: one plain spark-submit (or, with ``remote``, one Python client of that Spark
-        Connect server) reading ``db.sbtest1`` over JDBC with 2 partitions and writing Parquet. ``java_options``,
-        ``python`` (the driver's and workers' Python) and ``conf`` give it our start-up aids, for a reference
-        line."""
+        Connect server) reading ``db.sbtest1`` (or ``tables``, one after the other) over JDBC with 2 partitions
+        and writing Parquet. ``java_options``, ``python`` (the driver's and workers' Python) and ``conf`` give it
+        our start-up aids, for a reference line."""
         script = str(ROOT / "bench" / "plain_jdbc_reload.py")
-        args = [f"jdbc:mysql://127.0.0.1:{self.db.port}/?permitMysqlScheme", f"{db}.sbtest1", "1", str(rows),
-                str(self.work / out)]
+        args = [f"jdbc:mysql://127.0.0.1:{self.db.port}/?permitMysqlScheme", ",".join(tables or [f"{db}.sbtest1"]),
+                "1", str(rows), str(self.work / out)]
         options = ["--driver-java-options", java_options] if java_options else []
         options += [a for k, v in (conf or {}).items() for a in ("--conf", f"{k}={v}")]
         cmd = ([sys.executable, script, *args] if remote else
@@ -238,14 +251,14 @@ class Bench:
         res = self.run(dag_id)
         tasks = [t for t in res["tis"] if t["task_id"] == "snapshot_chunk"]
         reports = [r for k, v in res["xcom"].items() if k.startswith("snapshot_chunk[") for r in v]
-        windows = {(r["low_watermark"]["pos"], r["seconds"]) for r in reports}
+        windows = {(r["table"], r["low_watermark"]["pos"], r["seconds"]) for r in reports}
         log = (self.work / f"{dag_id}.log").read_text()
         spark = [float(x) for x in re.findall(r"(?:snapshot_chunk: spark-submit|chunk job: Spark Connect session) "
                                               r"ran ([\d.]+) s", log)]
         if len(spark) != len(tasks):
             raise RuntimeError(f"{dag_id}: {len(tasks)} chunk task(s) but {len(spark)} Spark run times in the log")
         return (self.span(res, SNAPSHOT_TASKS), sum(t["end"] - t["start"] for t in tasks), sum(spark),
-                sum(s for _, s in windows), len(tasks), len(reports))
+                sum(s for _, _, s in windows), len(tasks), len(reports))
 
     def snapshot(self, rows: int, sampler: RssSampler | None = None, connect: bool = True) -> None:
         db = f"snap{rows}"
@@ -305,6 +318,33 @@ class Bench:
                          f"+{(task_time / spark_app - 1) * 100:.0f}%", "(reference)")
         self.results.add("  Spark Connect server start (once per server, not per run)", f"{t_start:.1f} s", "-", "-",
                          "-")
+
+    def many_tables(self, count: int, rows: int) -> None:
+        """A schema of ``count`` small tables: the default plan reads them all in one chunk task (one Spark
+        application), vs one plain spark-submit reloading them one after the other, and vs our DAG with one
+        chunk task per table (how it planned them before tables shared a task)."""
+        db = "tables"
+        print(f"\n== snapshot of {count} tables x {rows} rows", flush=True)
+        tables = self.prepare(db, rows, tables=count)
+        t_plain = self.plain_reload(db, rows, "plain-tables", tables=tables)
+        self.pipeline(db, tables)
+        ours, task_time, spark_app, spark_work, tasks, chunks = self.snapshot_dag(db)
+        per_table = chunks // count * DEFAULT_CHUNK_SIZE  # rows_per_task of exactly one table's chunks
+        self.pipeline(f"{db}_task_each", tables, snapshot={"rows_per_task": per_table})
+        each, each_task_time, _, each_work, each_tasks, _ = self.snapshot_dag(f"{db}_task_each")
+        if each_tasks != count:
+            raise RuntimeError(f"rows_per_task {per_table} planned {each_tasks} chunk tasks for {count} tables")
+        self.results.add(f"snapshot of {count} tables x {rows:,} rows ({tasks} chunk task(s), {chunks} chunks) vs "
+                         "one plain spark-submit reloading the tables one after the other",
+                         f"{ours:.1f} s", f"{t_plain:.1f} s", f"{ours / t_plain:.2f}x time", "<= 1.2x")
+        self.results.add("  same: task time over its watermark-window work", f"{task_time:.1f} s",
+                         f"{spark_work:.1f} s", f"+{(task_time / spark_work - 1) * 100:.0f}%", "<= +10%")
+        self.results.add("  same: task time over its Spark application (spark-submit, command to exit)",
+                         f"{task_time:.1f} s", f"{spark_app:.1f} s", f"+{(task_time / spark_app - 1) * 100:.0f}%",
+                         "(reference)")
+        self.results.add(f"  same tables, one chunk task per table ({each_tasks} tasks; task time {each_task_time:.1f} s "
+                         f"over window work {each_work:.1f} s) vs the plain reload", f"{each:.1f} s", f"{t_plain:.1f} s",
+                         f"{each / t_plain:.2f}x time", "(reference)")
 
     def catchup(self, changes: int, sinks=("parquet", "jdbc"), sampler: RssSampler | None = None,
                 connect: bool = False) -> None:
@@ -479,7 +519,8 @@ def main() -> int:
     ap.add_argument("--changes", type=int, default=200_000, help="row changes of the catch-up scenario")
     ap.add_argument("--latency-seconds", type=int, default=60)
     ap.add_argument("--memory-changes", type=int, default=1_000_000, help="row changes of the memory catch-up")
-    ap.add_argument("--only", default="snapshot,catchup,latency,memory")
+    ap.add_argument("--tables", default="10x100000", help="the many-tables snapshot: COUNTxROWS")
+    ap.add_argument("--only", default="snapshot,tables,catchup,latency,memory")
     ap.add_argument("--no-connect", action="store_true",
                     help="skip the snapshot and the catch-up with their tasks on a Spark Connect server")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
@@ -503,6 +544,9 @@ def main() -> int:
                         bench.results.add(f"memory, snapshot of {rows:,} rows: peak RSS JVM / Python",
                                           f"{mib(sampler.peak_jvm)} / {mib(sampler.peak_python)}", "-", "-",
                                           "flat in size")
+            if "tables" in only:
+                count, rows = (int(x) for x in args.tables.lower().split("x"))
+                bench.many_tables(count, rows)
             for changes, wanted in ((args.changes, "catchup" in only), (args.memory_changes, memory)):
                 if not wanted:
                     continue
