@@ -1,6 +1,6 @@
 """``make bench``: our pipeline against what users would run instead, measured in the same run.
 
-    python bench/run.py [--rows 1000000,5000000] [--tables 10x100000] [--changes 200000]
+    python bench/run.py [--rows 1000000,5000000,10000000] [--tables 10x100000] [--changes 200000]
                         [--latency-seconds 60] [--memory-changes 1000000]
                         [--only snapshot,tables,catchup,latency,memory]
 
@@ -8,11 +8,13 @@ Everything runs on this machine: a private MariaDB (binlog ROW/FULL) with sysben
 PostgreSQL for the JDBC sink, Airflow (SQLite) running the real generated DAG with ``dag.test()``, and Spark
 ``local[2]`` as the embedded default. Scenarios (issue 6):
 
-* snapshot: the snapshot phase of the DAG (validate -> plan -> chunk tasks -> collect watermarks, from the
-  first task's start to the last one's end) vs ``mariadb --quick`` and vs one plain spark-submit reading the
-  table over JDBC with 2 partitions and writing Parquet; then the same DAG with its chunk tasks on a
-  long-lived Spark Connect server (``spark.connect_conn_id``, opt-in; the server is started first and its
-  start-up reported on its own line), also against the same plain reload run through that server;
+* snapshot (1M, 5M and 10M rows; 10M is one full chunk task at the default ``snapshot.rows_per_task``, the
+  most rows a task's fixed costs are spread over): the snapshot phase of the DAG (validate -> plan -> chunk
+  tasks -> collect watermarks, from the first task's start to the last one's end) vs ``mariadb --quick`` and
+  vs one plain spark-submit reading the table over JDBC with 2 partitions and writing Parquet; then the same
+  DAG with its chunk tasks on a long-lived Spark Connect server (``spark.connect_conn_id``, opt-in; the
+  server is started first and its start-up reported on its own line), also against the same plain reload
+  run through that server;
 * tables: the snapshot phase of a schema of many small tables (default settings: they share one chunk task)
   vs one plain spark-submit reloading them one after the other, and the same DAG with one chunk task per
   table (``rows_per_task`` of one table's chunks) for reference;
@@ -515,7 +517,7 @@ def probe_latency(db: PrivateMariaDB, schema: str, sink: Path, seconds: int, per
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rows", default="1000000,5000000", help="snapshot table sizes, comma separated")
+    ap.add_argument("--rows", default="1000000,5000000,10000000", help="snapshot table sizes, comma separated")
     ap.add_argument("--changes", type=int, default=200_000, help="row changes of the catch-up scenario")
     ap.add_argument("--latency-seconds", type=int, default=60)
     ap.add_argument("--memory-changes", type=int, default=1_000_000, help="row changes of the memory catch-up")

@@ -4,29 +4,10 @@ as a session of a long-lived Spark Connect server, instead of one spark-submit (
 from __future__ import annotations
 
 import contextlib
-import gc
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
-
-@contextlib.contextmanager
-def frozen_heap() -> Iterator[Callable[[], None]]:
-    """While a job runs in the task's process, the cyclic garbage collector leaves alone what the process
-    held before (``gc.freeze``); the yielded function freezes what exists by then too.
-
-    A task process holds Airflow, the parsed DAG and the providers (680k tracked objects under ``dag.test()``
-    here), and every full collection walks them all, 0.5-0.6 s each here. Importing the Spark Connect client
-    (pandas included) and starting the job set off two such collections (measured in a chunk task of 594
-    chunks: the client's import 1.06 s -> 0.44 s, the job's set-up 0.58 s -> 0.05 s). What was frozen is
-    unfrozen at the end, unless the process had frozen objects before (a LocalExecutor worker forks with a
-    frozen heap): those stay as they were, with ours added."""
-    frozen_before = gc.get_freeze_count() > 0
-    gc.freeze()
-    try:
-        yield gc.freeze
-    finally:
-        if not frozen_before:
-            gc.unfreeze()
+from ._heap import frozen_heap
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@ from typing import Any, Sequence
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from ._common import load_pipeline, server_id_for
+from ._heap import with_frozen_heap
 from ._submit import CdcSparkSubmitOperator
 
 
@@ -48,6 +49,7 @@ class SnapshotChunkOperator(CdcSparkSubmitOperator):
         self.connect_conn_id = connect_conn_id
         self._connect_session = None
 
+    @with_frozen_heap
     def execute(self, context: Any) -> list[dict[str, Any]]:
         if not self.chunk or not self.chunk.get("chunks"):
             raise ValueError("SnapshotChunkOperator needs chunk={'label', 'chunks': [...]} from PlanChunksOperator")

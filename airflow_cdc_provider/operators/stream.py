@@ -16,6 +16,7 @@ from ..deploy import StandaloneRest
 from ..links import SPARK_UI_XCOM_KEY, SparkUILink
 from ..stream_health import StreamHealth, current_status, judge, launch_alive, launch_name, process_alive
 from ._common import load_pipeline, server_id_for
+from ._heap import with_frozen_heap
 from ._submit import CdcSparkSubmitOperator
 
 STREAM_SERVER_ID_SLOT = 10_000  # far from the chunk readers' slots
@@ -60,6 +61,7 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
         self._launched: dict[str, Any] = {}
         self._state = None
 
+    @with_frozen_heap
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 

@@ -1,9 +1,9 @@
-"""frozen_heap: a Connect job in the task's process leaves the process's heap out of garbage collections while
-it runs, and gives the process its collector back as it was."""
+"""frozen_heap: while an operator runs (a chunk task, a stream launch, a Connect job in the task's process), the
+process's heap is out of garbage collections; after it, the process has its collector back as it was."""
 
 import gc
 
-from airflow_cdc_provider.operators._connect import frozen_heap
+from airflow_cdc_provider.operators._heap import frozen_heap, with_frozen_heap
 
 
 class Cycle:
@@ -40,3 +40,14 @@ def test_a_heap_frozen_before_stays_frozen():
         del kept
     finally:
         gc.unfreeze()
+
+
+def test_an_operator_execute_runs_with_the_heap_frozen():
+    class Operator:
+        @with_frozen_heap
+        def execute(self, context):
+            return gc.get_freeze_count(), context
+
+    frozen, context = Operator().execute({"ti": None})
+    assert frozen > 0 and context == {"ti": None}  # ran frozen, with its context
+    assert gc.get_freeze_count() == 0  # and gave the collector back

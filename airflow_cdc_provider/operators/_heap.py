@@ -1,0 +1,44 @@
+"""The task process's heap, kept out of Python's garbage collections while one of our operators runs.
+
+A task process holds Airflow, the parsed DAG and the providers (680k tracked objects under ``dag.test()``
+here), and every full collection walks them all: 0.4-0.6 s each here. What a task allocates sets off such
+collections at points of its own choosing: reading back the chunk reports of a 1219-chunk task, building its
+job spec, or the Spark Connect client's import (pandas included) and job set-up (a 594-chunk task on
+Connect: import 1.06 s -> 0.44 s, set-up 0.58 s -> 0.05 s). ``gc.freeze`` moves what the process holds out
+of the collector's sight; the objects a task makes itself are still collected as usual.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+from typing import Any, Callable, Iterator, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@contextlib.contextmanager
+def frozen_heap() -> Iterator[Callable[[], None]]:
+    """Leave what the process holds now out of collections (``gc.freeze``); the yielded function freezes what
+    exists by then too. What was frozen is unfrozen at the end, unless the process had frozen objects before
+    (a LocalExecutor worker forks with a frozen heap; or an enclosing ``frozen_heap``): those stay as they
+    were, with ours added."""
+    frozen_before = gc.get_freeze_count() > 0
+    gc.freeze()
+    try:
+        yield gc.freeze
+    finally:
+        if not frozen_before:
+            gc.unfreeze()
+
+
+def with_frozen_heap(execute: F) -> F:
+    """An operator's ``execute`` run inside ``frozen_heap``."""
+
+    @functools.wraps(execute)
+    def run(self, context: Any, *args: Any, **kwargs: Any) -> Any:
+        with frozen_heap():
+            return execute(self, context, *args, **kwargs)
+
+    return run  # type: ignore[return-value]
