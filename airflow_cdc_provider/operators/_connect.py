@@ -27,6 +27,8 @@ def job_session(task, pipeline, ship_package: bool, what: str) -> Iterator[Any]:
     url = SparkConnectHook(conn_id).get_connection_url()
     where = url.split("/;", 1)[0]  # without the token
     with contextlib.ExitStack() as stack:
+        # the operators' execute already runs frozen (with_frozen_heap); nested, this one only adds ``freeze``
+        # for the client's modules below, and keeps job_session right for a caller that did not freeze
         freeze = stack.enter_context(frozen_heap())
         import pyspark.sql.connect.session  # noqa: F401 - the client (pandas included), timed apart from the session
 
