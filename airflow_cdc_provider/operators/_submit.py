@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -30,6 +31,18 @@ from ..jobspec import SECRETS_ENV, SECRETS_FILE_ENV, write_secrets_file
 from ..python_launcher import python_launcher
 from ..spark.session import default_jars, with_driver_conf
 from ..spark_jobs import application_path
+
+
+# A chunk job is a batch: on a local master its driver JVM also runs the Spark tasks, and HotSpot's throughput
+# collector reads and writes a window faster there than the default G1 (5M-row chunk tasks on 2 cores: window
+# 9.07 -> 8.25 s, task 11.84 -> 10.95 s, means of 4 alternating DAG runs each). The stream job keeps G1: a
+# continuous stream wants G1's short pauses more than throughput.
+THROUGHPUT_GC = "-XX:+IgnoreUnrecognizedVMOptions -XX:+UseParallelGC"
+
+
+def chooses_gc(java_options: str) -> bool:
+    """Whether JVM options pick a garbage collector (``-XX:+UseG1GC``, ``-XX:+UseZGC``, ...): theirs wins."""
+    return re.search(r"-XX:\+Use\w*GC\b", java_options) is not None
 
 
 def spark_submit_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -68,9 +81,12 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
 
     ``class_archive`` (default True): a driver started on this machine maps a JVM class archive of its job
     (see ``airflow_cdc_provider.class_archive``), which saves ~3 s of JVM start per job; False starts it plain.
+    A ``batch_job`` on a local master runs with the throughput collector (``THROUGHPUT_GC``) unless
+    ``spark.driver.extraJavaOptions`` picks a collector.
     """
 
     job: str = ""
+    batch_job: bool = False
 
     def __init__(self, *, class_archive: bool = True, **kwargs: Any) -> None:
         chosen = kwargs.get("env_vars") or {}
@@ -98,6 +114,8 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
         if not target.cluster_mode:
             self._use_class_archive(detached)
             self._use_python_launcher(target)
+        if target.local and self.batch_job:
+            self._use_throughput_gc()
         if target.cluster_mode and target.standalone:
             archive = package_archive(pipeline.state.local_dir("dist"))
             # the driver starts on some worker: it fetches the application from the state store
@@ -175,6 +193,10 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
         if target.local:  # executors elsewhere have their own Python; this path is one of this machine
             env["PYSPARK_PYTHON"] = launcher
         self.env_vars = env
+
+    def _use_throughput_gc(self) -> None:
+        if not chooses_gc(str((self.conf or {}).get("spark.driver.extraJavaOptions", ""))):
+            self._add_driver_java_options(THROUGHPUT_GC)
 
     def _add_driver_java_options(self, options: str) -> None:
         conf = dict(self.conf or {})

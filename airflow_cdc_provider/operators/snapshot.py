@@ -37,6 +37,7 @@ class SnapshotChunkOperator(CdcSparkSubmitOperator):
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "config", "connect_conn_id")
     ui_color = "#fdf2e8"
     job = "snapshot_chunk"
+    batch_job = True
 
     def __init__(self, *, config: str, chunk: dict[str, Any] | None = None, connect_conn_id: str | None = None,
                  **kwargs: Any) -> None:

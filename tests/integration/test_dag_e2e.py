@@ -61,6 +61,12 @@ def test_snapshot_then_stream_then_resume_then_resnapshot(airflow_home, source_d
     # every attempt logs how long its spark-submit ran, the killed one too (what make bench compares with)
     log1 = (tmp_path / "run1.log").read_text(errors="replace")
     assert len(re.findall(r"snapshot_chunk: spark-submit ran \d+\.\d\d s \(command to exit\)", log1)) == 5
+    # a chunk job is a batch: its local driver runs with the throughput collector; the stream keeps G1
+    commands = re.findall(r"Spark-Submit cmd: (.*)", log1)
+    chunk_jobs = [c for c in commands if "snapshot_chunk.py" in c]
+    stream_jobs = [c for c in commands if "binlog_stream.py" in c]
+    assert len(chunk_jobs) == 5 and all("-XX:+UseParallelGC" in c for c in chunk_jobs), commands
+    assert stream_jobs and not any("UseParallelGC" in c for c in stream_jobs), commands
     assert [t["try_number"] for t in orders if t is not middle[0]] == [1, 1]
     reports = [r for k, v in run1["xcom"].items() if k.startswith("snapshot_chunk[") for r in v]
     assert sorted(r["split_id"] for r in reports) == sorted(
