@@ -22,7 +22,7 @@ DRIVER = "org.mariadb.jdbc.Driver"
 
 
 def jdbc_url(settings: ConnectionSettings) -> str:
-    params = ["permitMysqlScheme", "useCursorFetch=true", f"connectTimeout={settings.connect_timeout * 1000}"]
+    params = ["permitMysqlScheme", f"connectTimeout={settings.connect_timeout * 1000}"]
     ssl = settings.ssl or {}
     if ssl.get("ca"):
         params += ["sslMode=verify-full" if ssl.get("check_hostname", True) else "sslMode=verify-ca",
@@ -36,7 +36,7 @@ def jdbc_properties(settings: ConnectionSettings) -> dict[str, str]:
         "password": settings.password,
         "driver": DRIVER,
         "sessionInitStatement": "SET time_zone = '+00:00'",
-        "fetchsize": "10000",
+        "fetchsize": "10000",  # Connector/J streams the result in batches of this many rows (bounded memory)
     }
 
 
