@@ -32,8 +32,9 @@ Our spark-submits map the JVM class archives of their jobs (``airflow_cdc_provid
 the first job of each kind on a machine dumps. The bench keeps them in its work directory and dumps them
 first, in a warm-up DAG run reported on its own line (a one-time cost per machine, like a Connect server's
 start). Their Python processes start through our Python launcher (``airflow_cdc_provider.python_launcher``).
-The plain reload runs as users run it (none of these); a reference line gives it an archive of its own, the
-launcher and our driver settings (``spark.session.DRIVER_CONF``).
+Chunk jobs also run with the throughput collector (``operators._submit.THROUGHPUT_GC``). The plain reload runs
+as users run it (none of these); a reference line gives it an archive of its own, the collector, the launcher
+and our driver settings (``spark.session.DRIVER_CONF``).
 
 Ratios: for times, ours / baseline (lower is better); for throughput, ours / baseline (higher is better).
 """
@@ -62,6 +63,7 @@ from airflow_cdc_provider.core.chunks import DEFAULT_CHUNK_SIZE  # noqa: E402
 from airflow_cdc_provider.core.offsets import BinlogOffset  # noqa: E402
 from airflow_cdc_provider.mysql.server import current_offset  # noqa: E402
 from airflow_cdc_provider.mysql.settings import ConnectionSettings  # noqa: E402
+from airflow_cdc_provider.operators._submit import THROUGHPUT_GC  # noqa: E402
 from airflow_cdc_provider.python_launcher import python_launcher  # noqa: E402
 from airflow_cdc_provider.spark.session import DRIVER_CONF, default_jars  # noqa: E402
 from airflow_cdc_provider.state import StateStore  # noqa: E402
@@ -287,11 +289,12 @@ class Bench:
                          "(reference)")
         archive = self.work / f"plain-{rows}.jsa"
         self.plain_reload(db, rows, f"plain-dump-{rows}", java_options=f"-XX:ArchiveClassesAtExit={archive}")
-        t_plain_cds = self.plain_reload(db, rows, f"plain-cds-{rows}", java_options=f"-XX:SharedArchiveFile={archive}",
+        t_plain_cds = self.plain_reload(db, rows, f"plain-cds-{rows}",
+                                        java_options=f"-XX:SharedArchiveFile={archive} {THROUGHPUT_GC}",
                                         python=python_launcher(directory=self.work / "jvm-class-archives"),
                                         conf=DRIVER_CONF)
-        self.results.add("  same vs the plain reload given our start-up aids (a JVM class archive of its own, our "
-                         "Python launcher, no class-path session extensions)",
+        self.results.add("  same vs the plain reload given our JVM and start-up aids (a class archive of its own, the "
+                         "throughput collector, our Python launcher, no class-path session extensions)",
                          f"{ours:.1f} s",
                          f"{t_plain_cds:.1f} s", f"{ours / t_plain_cds:.2f}x time", "(reference)")
         if connect:
