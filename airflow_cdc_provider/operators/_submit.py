@@ -38,6 +38,7 @@ from ..spark_jobs import application_path
 # 9.07 -> 8.25 s, task 11.84 -> 10.95 s, means of 4 alternating DAG runs each). The stream job keeps G1: a
 # continuous stream wants G1's short pauses more than throughput.
 THROUGHPUT_GC = "-XX:+IgnoreUnrecognizedVMOptions -XX:+UseParallelGC"
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 
 def chooses_gc(java_options: str) -> bool:
@@ -114,8 +115,8 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
         if not target.cluster_mode:
             self._use_class_archive(detached)
             self._use_python_launcher(target)
-        if target.local and self.batch_job:
-            self._use_throughput_gc()
+            if target.local and self.batch_job:
+                self._use_throughput_gc()
         if target.cluster_mode and target.standalone:
             archive = package_archive(pipeline.state.local_dir("dist"))
             # the driver starts on some worker: it fetches the application from the state store
@@ -163,9 +164,8 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
 
     def _use_class_archive(self, detached: bool) -> None:
         self._archive, self._archive_options = None, ""
-        key = "spark.driver.extraJavaOptions"
-        if ClassArchive.is_option(str((self.conf or {}).get(key, ""))):  # set by an earlier configure_job
-            self.conf = {**self.conf, key: ClassArchive.without_options(self.conf[key])}
+        if ClassArchive.is_option(self._driver_java_options()):  # set by an earlier configure_job
+            self.conf = {**self.conf, JAVA_OPTIONS: ClassArchive.without_options(self.conf[JAVA_OPTIONS])}
         if not self.class_archive:
             return
         archive = ClassArchive.for_job(self.job, self._spark_binary or "spark-submit", self.env_vars,
@@ -195,14 +195,15 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
         self.env_vars = env
 
     def _use_throughput_gc(self) -> None:
-        if not chooses_gc(str((self.conf or {}).get("spark.driver.extraJavaOptions", ""))):
+        if not chooses_gc(self._driver_java_options()):
             self._add_driver_java_options(THROUGHPUT_GC)
 
+    def _driver_java_options(self) -> str:
+        return str((self.conf or {}).get(JAVA_OPTIONS, ""))
+
     def _add_driver_java_options(self, options: str) -> None:
-        conf = dict(self.conf or {})
-        key = "spark.driver.extraJavaOptions"
-        conf[key] = f"{conf[key]} {options}" if conf.get(key) else options
-        self.conf = conf
+        current = self._driver_java_options()
+        self.conf = {**(self.conf or {}), JAVA_OPTIONS: f"{current} {options}" if current else options}
 
     def release_secrets(self) -> None:
         remove_secrets_file(self._secrets_file)
