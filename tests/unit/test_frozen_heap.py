@@ -51,3 +51,13 @@ def test_an_operator_execute_runs_with_the_heap_frozen():
     frozen, context = Operator().execute({"ti": None})
     assert frozen > 0 and context == {"ti": None}  # ran frozen, with its context
     assert gc.get_freeze_count() == 0  # and gave the collector back
+
+
+def test_a_nested_frozen_heap_leaves_the_unfreezing_to_the_outer_one():
+    with frozen_heap():
+        with frozen_heap() as freeze:
+            inner = [Cycle() for _ in range(1000)]
+            freeze()
+        assert gc.get_freeze_count() > 0  # the inner block's end kept the heap frozen: the outer one is still running
+        del inner
+    assert gc.get_freeze_count() == 0  # the outer block's end gave the collector everything back
