@@ -28,6 +28,15 @@ def install_dag_files(dags_folder: Path) -> None:
         shutil.copy(DAG_FILES / f, Path(dags_folder) / f)
 
 
+def install_worker_preload(config_dir: Path) -> Path:
+    """``config_dir/airflow_local_settings.py`` importing ``worker_preload``, as the README tells Spark Connect
+    users to do in ``$AIRFLOW_HOME/config``; any directory on an Airflow process's ``sys.path`` works."""
+    config_dir.mkdir(parents=True, exist_ok=True)
+    path = config_dir / "airflow_local_settings.py"
+    path.write_text("import airflow_cdc_provider.worker_preload  # noqa: F401\n")
+    return path
+
+
 def airflow_env(home: Path, dags: Path, pipelines: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.update({

@@ -5,12 +5,17 @@ Same watermark job, same sinks, same exactly-once result; no password in the ser
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+import textwrap
 import urllib.request
+from pathlib import Path
 
 import pytest
 
-from airflow_cdc_provider.testing.airflow_run import run_dag
+from airflow_cdc_provider.testing.airflow_run import install_worker_preload, run_dag
 from airflow_cdc_provider.testing.spark_connect import PrivateSparkConnect
 
 from .cdc_helpers import BackgroundWriter, jdbc_sink, sink_rows, source_rows, table_types, write_pipeline
@@ -116,6 +121,40 @@ def test_spark_submit_after_a_connect_session_in_the_same_process(connect_server
     done = subprocess.run([spark_submit_binary(), "--master", "local[1]", str(job)], env=spark_env(),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "rows 4" in done.stdout, done.stderr[-2000:]
+
+
+WORKER = textwrap.dedent("""
+    import os, sys, time
+    import airflow  # every Airflow process imports the local settings at its start
+    assert "pyspark.sql.connect.session" in sys.modules, "the local settings did not preload the Connect client"
+    from airflow_cdc_provider.spark.session import connect_session
+    for task in range(2):  # two tasks, each a fork of the worker, as LocalExecutor and Celery workers run them
+        pid = os.fork()
+        if pid == 0:
+            before = set(sys.modules)
+            with connect_session(sys.argv[1]) as spark:
+                rows = spark.range(5).count()
+            heavy = sorted(m for m in set(sys.modules) - before if m.split(".")[0] in ("pandas", "pyarrow"))
+            print(f"task {task}: rows {rows}; imported {heavy}", flush=True)
+            os._exit(0 if rows == 5 and not heavy else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, f"task {task} failed"
+    print("worker done")
+""")
+
+
+def test_tasks_forked_from_a_preloading_worker_use_its_connect_client(airflow_home, connect_server, tmp_path):
+    """``airflow_local_settings.py`` importing ``worker_preload``: Airflow imports the Connect client when the
+    worker starts, and the tasks it forks open their sessions (gRPC after a fork) without importing it again."""
+    env, _, _ = airflow_home
+    install_worker_preload(Path(env["AIRFLOW_HOME"]) / "config")
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    done = subprocess.run([sys.executable, str(script), connect_server.url], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "task 0: rows 5; imported []" in done.stdout and "task 1: rows 5; imported []" in done.stdout
+    assert "worker done" in done.stdout
 
 
 def test_unreachable_connect_server_names_the_key_and_what_to_do(airflow_home, source_db, tmp_path):
