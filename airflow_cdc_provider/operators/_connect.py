@@ -4,6 +4,7 @@ as a session of a long-lived Spark Connect server, instead of one spark-submit (
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from typing import Any, Iterator
 
@@ -30,7 +31,12 @@ def job_session(task, pipeline, ship_package: bool, what: str) -> Iterator[Any]:
         # the operators' execute already runs frozen (with_frozen_heap); nested, this one only adds ``freeze``
         # for the client's modules below, and keeps job_session right for a caller that did not freeze
         freeze = stack.enter_context(frozen_heap())
-        import pyspark.sql.connect.session  # noqa: F401 - the client (pandas included), timed apart from the session
+        if "pyspark.sql.connect.session" not in sys.modules:  # not preloaded by the worker: say what that costs
+            t0 = time.monotonic()
+            import pyspark.sql.connect.session  # noqa: F401 - the client (pandas included), timed apart from the session
+            task.log.info("%s: imported the Spark Connect client in %.2f s; an Airflow worker can import it once "
+                          "for all its tasks (airflow_local_settings.py: import airflow_cdc_provider.worker_preload)",
+                          what, time.monotonic() - t0)
 
         started, opened = time.monotonic(), False
         stack.callback(lambda: opened and task.log.info("%s: Spark Connect session ran %.2f s (open to stop)", what,

@@ -54,6 +54,8 @@ def test_dag_chunks_on_spark_connect_then_stream(airflow_home, source_db, postgr
     # each attempt logs how long its session ran (what make bench compares the task's time with)
     assert len(re.findall(r"chunk job: Spark Connect session ran \d+\.\d\d s \(open to stop\)", log)) == 5
     assert "airflow-cdc-snapshot" not in log  # no chunk went through spark-submit (its app name)
+    # the first task of the process imports the client and says how a worker could do it once (worker_preload)
+    assert log.count("imported the Spark Connect client in") == 1 and "worker_preload" in log
     assert ("spark.conf spark.executor.memory, spark.sql.extensions.test.loadFromCp: the Spark Connect server's own "
             "settings apply") in log  # warned about, not failing the session
 
