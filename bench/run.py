@@ -171,7 +171,7 @@ class Bench:
         migrate(self.env)
         # Spark Connect pipelines run as a user of that mode deploys them: airflow_local_settings.py imports
         # worker_preload, so the client is imported when the Airflow process starts, not in each task
-        self.preload_path = str(install_worker_preload(work / "connect-worker-config").parent)
+        self.preload_dir = str(install_worker_preload(work / "connect-worker-config").parent)
 
     # -- helpers -----------------------------------------------------------------------------------
     def pipeline(self, dag_id: str, tables: list[str], sink: str = "parquet", stream: dict | None = None,
@@ -189,8 +189,9 @@ class Bench:
 
     def run(self, dag_id: str, preload: bool = False) -> dict:
         """``dag.test()`` of ``dag_id`` in a new process; ``preload``: one with the Spark Connect worker preload."""
-        env = {**self.env, "PYTHONPATH": os.pathsep.join(filter(None, [self.preload_path, self.env.get("PYTHONPATH")]))
-               } if preload else self.env
+        env = self.env
+        if preload:  # its airflow_local_settings.py on the process's sys.path
+            env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [self.preload_dir, env.get("PYTHONPATH")]))}
         res = run_dag(env, self.work / "dags", dag_id, timeout=7200, log_file=self.work / f"{dag_id}.log")
         if res["state"] != "success":
             raise RuntimeError(f"DAG {dag_id} failed; see {self.work / f'{dag_id}.log'}")

@@ -126,7 +126,7 @@ def test_spark_submit_after_a_connect_session_in_the_same_process(connect_server
 
 
 WORKER = textwrap.dedent("""
-    import os, sys, time
+    import os, sys
     import airflow  # every Airflow process imports the local settings at its start
     assert "pyspark.sql.connect.session" in sys.modules, "the local settings did not preload the Connect client"
     from airflow_cdc_provider.spark.session import connect_session
