@@ -10,12 +10,12 @@ APT_PACKAGES := mariadb-server mariadb-client default-jre-headless libmariadb-ja
 DEPS_STAMP := $(VENV)/.deps-$(shell cat setup.cfg requirements/constraints.txt | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: help system-deps deps test test-unit demo bench soak clean
+.PHONY: help system-deps deps test test-fast demo bench soak clean
 
 help:
 	@echo "make demo   - run the example pipeline end to end on the embedded defaults"
 	@echo "make test   - install what is missing, then run the whole test suite"
-	@echo "make test-unit - only the fast tests that need no services"
+	@echo "make test-fast - the unit tier only: no services, under a minute"
 	@echo "make soak   - the load and fault scenarios at soak sizes (1M-row sysbench load, ...); prints a table"
 	@echo "make bench  - performance scenarios vs the baselines, measured in the same run (BENCH_ARGS=--help)"
 
@@ -42,13 +42,13 @@ deps: system-deps $(DEPS_STAMP)
 test: deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-unit: deps
+test-fast: deps
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 demo: deps
 	$(PY) -m airflow_cdc_provider.demo
 
-SOAK_TESTS := tests/integration/test_load.py tests/integration/test_faults.py tests/integration/test_spark_pipeline.py
+SOAK_TESTS := tests/e2e/test_load.py tests/e2e/test_faults.py tests/e2e/test_spark_jobs.py
 
 soak: deps
 	AIRFLOW_CDC_SOAK=1 AIRFLOW_CDC_SCENARIO_REPORT=soak-report.txt $(PY) -m pytest $(SOAK_TESTS) -p no:cacheprovider $(PYTEST_ARGS)

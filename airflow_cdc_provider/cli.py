@@ -19,12 +19,12 @@ import json
 import sys
 from typing import Sequence
 
-from .config import ConfigError, load_config
-from .core.keys import format_key
-from .mysql.planner import DEFAULT_MAX_TASKS, ChunkPlan, plan_chunks
-from .mysql.server import SourceError
-from .mysql.settings import ConnectionConfigError
-from .mysql.validation import SourceValidationError
+from airflow_cdc_provider.core.keys import format_key
+from airflow_cdc_provider.pipeline.config import ConfigError, load_config
+from airflow_cdc_provider.pipeline.plan import DEFAULT_MAX_TASKS, ChunkPlan, plan_chunks
+from airflow_cdc_provider.source.server import SourceError
+from airflow_cdc_provider.source.settings import ConnectionConfigError
+from airflow_cdc_provider.source.validation import SourceValidationError
 
 EXIT_USAGE = 2
 
@@ -48,14 +48,14 @@ def _print_plan(plan: ChunkPlan, title: str) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from .connections import resolve_mysql
+    from airflow_cdc_provider.pipeline.connections import resolve_mysql
 
     try:
         cfg = load_config(args.config)
     except ConfigError as exc:
         return _fail([str(exc)])
     where = f"{args.config}: source"
-    from .pipeline import check_writable, resolve_pipeline
+    from airflow_cdc_provider.pipeline.resolve import check_writable, resolve_pipeline
 
     try:
         problems = check_writable(resolve_pipeline(cfg))
@@ -89,7 +89,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def _spark_pipeline(args: argparse.Namespace):
     """Config, resolved pipeline and a fresh chunk plan, for verify and materialize."""
-    from .pipeline import resolve_pipeline
+    from airflow_cdc_provider.pipeline.resolve import resolve_pipeline
 
     cfg = load_config(args.config)
     pipeline = resolve_pipeline(cfg)
@@ -103,10 +103,10 @@ def _spark_pipeline(args: argparse.Namespace):
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from .mysql.types import TableSinkTypes
-    from .spark.session import spark_session, stop_session
-    from .spark.sinks import spark_sink
-    from .spark.verify import verify_table
+    from airflow_cdc_provider.sinks.types import TableSinkTypes
+    from airflow_cdc_provider.spark.session import spark_session, stop_session
+    from airflow_cdc_provider.spark.sinks import spark_sink
+    from airflow_cdc_provider.spark.verify import verify_table
 
     try:
         cfg, pipeline, plan = _spark_pipeline(args)
@@ -146,9 +146,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_materialize(args: argparse.Namespace) -> int:
-    from .mysql.types import TableSinkTypes
-    from .spark.session import spark_session, stop_session
-    from .spark.sinks import spark_sink
+    from airflow_cdc_provider.sinks.types import TableSinkTypes
+    from airflow_cdc_provider.spark.session import spark_session, stop_session
+    from airflow_cdc_provider.spark.sinks import spark_sink
 
     try:
         cfg, pipeline, plan = _spark_pipeline(args)
@@ -167,7 +167,7 @@ def cmd_materialize(args: argparse.Namespace) -> int:
 
 
 def _state_of(config: str):
-    from .pipeline import resolve_state
+    from airflow_cdc_provider.pipeline.resolve import resolve_state
 
     return resolve_state(load_config(config))
 

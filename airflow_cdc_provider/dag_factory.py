@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .config import ConfigError, PipelineConfig, load_config
+from airflow_cdc_provider.pipeline.config import ConfigError, PipelineConfig, load_config
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ class PipelineFilesError(Exception):
 
 
 def spark_kwargs(cfg: PipelineConfig) -> dict[str, Any]:
-    from .spark.session import default_jars
+    from airflow_cdc_provider.spark.session import default_jars
 
     s = cfg.section("spark")
     kw = {k: s[k] for k in SPARK_KEYS if k in s}
@@ -74,11 +74,11 @@ def doc_md(cfg: PipelineConfig) -> str:
 def build_dag(path: str | Path):
     from airflow.sdk import DAG
 
-    from .operators.collect import CollectWatermarksOperator
-    from .operators.plan import PlanChunksOperator, ValidateSourceOperator
-    from .operators.snapshot import CHUNK_LABEL_TEMPLATE, SnapshotChunkOperator
-    from .operators.stream import BinlogStreamOperator
-    from .sensors.retention import BinlogRetentionSensor
+    from airflow_cdc_provider.operators.collect import CollectWatermarksOperator
+    from airflow_cdc_provider.operators.plan import PlanChunksOperator, ValidateSourceOperator
+    from airflow_cdc_provider.operators.snapshot import CHUNK_LABEL_TEMPLATE, SnapshotChunkOperator
+    from airflow_cdc_provider.operators.stream import BinlogStreamOperator
+    from airflow_cdc_provider.sensors.retention import BinlogRetentionSensor
 
     cfg = load_config(path)
     config = str(Path(path).resolve())

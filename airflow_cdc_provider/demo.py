@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from .testing.airflow_run import airflow_env, install_dag_files, migrate, run_dag
-from .testing.mariadb import PrivateMariaDB
+from airflow_cdc_provider.testing.airflow_run import airflow_env, install_dag_files, migrate, run_dag
+from airflow_cdc_provider.testing.mariadb import PrivateMariaDB
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = Path(os.environ.get("AIRFLOW_CDC_DEMO_DIR", ROOT / ".demo"))

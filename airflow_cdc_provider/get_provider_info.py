@@ -3,7 +3,7 @@ canonical distribution name, or Airflow's provider discovery raises."""
 
 from __future__ import annotations
 
-from . import __version__
+from airflow_cdc_provider import __version__
 
 
 def get_provider_info() -> dict:
@@ -33,5 +33,5 @@ def get_provider_info() -> dict:
         "sensors": [{"integration-name": "MySQL CDC", "python-modules": ["airflow_cdc_provider.sensors.retention"]}],
         "hooks": [{"integration-name": "MySQL CDC", "python-modules": ["airflow_cdc_provider.hooks.mysql_cdc"]}],
         "triggers": [{"integration-name": "MySQL CDC", "python-modules": ["airflow_cdc_provider.triggers.stream"]}],
-        "extra-links": ["airflow_cdc_provider.links.SparkUILink"],
+        "extra-links": ["airflow_cdc_provider.operators.links.SparkUILink"],
     }

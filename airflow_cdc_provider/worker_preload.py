@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 try:
     import pyspark.sql.connect.session  # noqa: F401 - the Connect client, with pandas, pyarrow and grpc
 
-    from .spark import session, snapshot, stream  # noqa: F401 - the chunk and stream jobs a Connect task runs
+    from airflow_cdc_provider.spark import session, snapshot, stream  # noqa: F401 - the chunk and stream jobs a Connect task runs
 except ImportError as exc:
     log.warning("airflow_cdc_provider.worker_preload: cannot import the Spark Connect client (%s); tasks with "
                 "spark.connect_conn_id will fail the same way: install pyspark-client's Connect dependencies "

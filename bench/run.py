@@ -30,10 +30,10 @@ PostgreSQL for the JDBC sink, Airflow (SQLite) running the real generated DAG wi
 * memory: peak RSS of the Spark driver (JVM) and the Python processes (driver + workers), sampled every 0.2 s
   from /proc, during the largest snapshot and during a large catch-up.
 
-Our spark-submits map the JVM class archives of their jobs (``airflow_cdc_provider.class_archive``), which
+Our spark-submits map the JVM class archives of their jobs (``airflow_cdc_provider.spark.launch.class_archive``), which
 the first job of each kind on a machine dumps. The bench keeps them in its work directory and dumps them
 first, in a warm-up DAG run reported on its own line (a one-time cost per machine, like a Connect server's
-start). Their Python processes start through our Python launcher (``airflow_cdc_provider.python_launcher``).
+start). Their Python processes start through our Python launcher (``airflow_cdc_provider.spark.launch.python_launcher``).
 Chunk jobs also run with the throughput collector (``operators._submit.THROUGHPUT_GC``). The plain reload runs
 as users run it (none of these); a reference line gives it an archive of its own, the collector, the launcher
 and our driver settings (``spark.session.DRIVER_CONF``).
@@ -60,17 +60,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from airflow_cdc_provider.class_archive import ARCHIVE_DIR_ENV  # noqa: E402
 from airflow_cdc_provider.core.chunks import DEFAULT_CHUNK_SIZE  # noqa: E402
 from airflow_cdc_provider.core.offsets import BinlogOffset  # noqa: E402
-from airflow_cdc_provider.mysql.server import current_offset  # noqa: E402
-from airflow_cdc_provider.mysql.settings import ConnectionSettings  # noqa: E402
-from airflow_cdc_provider.operators._submit import THROUGHPUT_GC  # noqa: E402
-from airflow_cdc_provider.python_launcher import python_launcher  # noqa: E402
+from airflow_cdc_provider.operators.spark_submit import THROUGHPUT_GC  # noqa: E402
+from airflow_cdc_provider.source.server import current_offset  # noqa: E402
+from airflow_cdc_provider.source.settings import ConnectionSettings  # noqa: E402
+from airflow_cdc_provider.spark.launch.class_archive import ARCHIVE_DIR_ENV  # noqa: E402
+from airflow_cdc_provider.spark.launch.python_launcher import python_launcher  # noqa: E402
 from airflow_cdc_provider.spark.session import DRIVER_CONF, default_jars  # noqa: E402
-from airflow_cdc_provider.state import StateStore  # noqa: E402
+from airflow_cdc_provider.state.store import StateStore  # noqa: E402
 from airflow_cdc_provider.testing.airflow_run import (  # noqa: E402
-    BackgroundDagRun, airflow_env, install_dag_files, install_worker_preload, migrate, run_dag)
+    BackgroundDagRun,
+    airflow_env,
+    install_dag_files,
+    install_worker_preload,
+    migrate,
+    run_dag,
+)
 from airflow_cdc_provider.testing.mariadb import PrivateMariaDB  # noqa: E402
 from airflow_cdc_provider.testing.postgres import PrivatePostgres  # noqa: E402
 from airflow_cdc_provider.testing.spark import spark_env, spark_submit_binary  # noqa: E402

@@ -1,4 +1,8 @@
-"""Shared fixtures: one private MariaDB per test session, one fresh database per test."""
+"""Shared fixtures: one private MariaDB (and PostgreSQL) per test session, one fresh database per test.
+
+The tiers are folders: ``unit`` needs no service (``make test-fast``), ``component`` starts MariaDB and
+PostgreSQL, ``e2e`` runs Spark jobs and Airflow DAGs against them.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +10,23 @@ import contextlib
 import itertools
 import os
 import re
+import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 import pymysql
 import pytest
 
-from airflow_cdc_provider.class_archive import ARCHIVE_DIR_ENV
-from airflow_cdc_provider.mysql.settings import ConnectionSettings
+from airflow_cdc_provider.source.settings import ConnectionSettings
+from airflow_cdc_provider.spark.launch.class_archive import ARCHIVE_DIR_ENV
 from airflow_cdc_provider.testing.mariadb import PrivateMariaDB
+from airflow_cdc_provider.testing.postgres import PrivatePostgres
 
+# Spark hands TimestampType values to Python in the process's local zone; compare in UTC.
+os.environ["TZ"] = "UTC"
+time.tzset()
+
+TIERS = ("unit", "component", "e2e")
 _db_counter = itertools.count(1)
 _server_ids = itertools.count(7001)
 
@@ -33,6 +44,23 @@ def class_archive_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
             os.environ.pop(ARCHIVE_DIR_ENV, None)
         else:
             os.environ[ARCHIVE_DIR_ENV] = old
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        tier = next((t for t in TIERS if f"/tests/{t}/" in str(item.fspath)), None)
+        if tier:
+            item.add_marker(getattr(pytest.mark, tier))
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PrivatePostgres]:
+    pg = PrivatePostgres()
+    pg.start()
+    try:
+        yield pg
+    finally:
+        pg.cleanup()
 
 
 @pytest.fixture(scope="session")

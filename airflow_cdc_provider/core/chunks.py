@@ -22,12 +22,11 @@ exact bounded count, not the InnoDB row estimate (which is 0 or stale right afte
 from __future__ import annotations
 
 import bisect
-
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
-from .keys import Key, decode_key, encode_key, format_key
+from airflow_cdc_provider.core.keys import Key, decode_key, encode_key, format_key
 
 DEFAULT_CHUNK_SIZE = 8096
 DEFAULT_EVEN_LOWER_BOUND = 0.05

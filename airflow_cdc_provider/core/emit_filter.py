@@ -22,9 +22,9 @@ import bisect
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from .chunks import TableId
-from .keys import Key, decode_key
-from .offsets import BinlogOffset, EventPosition
+from airflow_cdc_provider.core.chunks import TableId
+from airflow_cdc_provider.core.keys import Key, decode_key
+from airflow_cdc_provider.core.offsets import BinlogOffset, EventPosition
 
 KeyOrder = Callable[[Key], Any]
 """Maps a key to a value whose Python order equals the database's order of keys."""

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
-from .chunks import TableId
-from .keys import Key
-from .offsets import EventPosition
+from airflow_cdc_provider.core.chunks import TableId
+from airflow_cdc_provider.core.keys import Key
+from airflow_cdc_provider.core.offsets import EventPosition
 
 OP_READ = "r"  # snapshot read
 OP_CREATE = "c"

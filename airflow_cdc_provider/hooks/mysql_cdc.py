@@ -12,11 +12,11 @@ from typing import Any, Iterator
 
 from airflow.sdk import BaseHook
 
-from ..connections import resolve_mysql
-from ..core.offsets import BinlogOffset
-from ..mysql.planner import connect
-from ..mysql.server import binlog_files, current_offset
-from ..mysql.settings import ConnectionSettings
+from airflow_cdc_provider.core.offsets import BinlogOffset
+from airflow_cdc_provider.pipeline.connections import resolve_mysql
+from airflow_cdc_provider.source.connection import connect
+from airflow_cdc_provider.source.server import binlog_files, current_offset
+from airflow_cdc_provider.source.settings import ConnectionSettings
 
 
 class MySqlCdcHook(BaseHook):
@@ -61,7 +61,7 @@ class MySqlCdcHook(BaseHook):
 
     def validate(self, tables: list[str], chunk_keys: dict[str, Any] | None = None):
         """Raise ``SourceValidationError`` listing every problem (binlog settings, privileges, tables, keys)."""
-        from ..mysql.validation import validate_source
+        from airflow_cdc_provider.source.validation import validate_source
 
         with self.connection() as conn:
             return validate_source(conn, tables, chunk_keys or {}, source=f"source {self.settings.describe()}")

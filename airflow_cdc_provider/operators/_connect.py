@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Any, Iterator
 
-from ._heap import frozen_heap
+from airflow_cdc_provider.operators.frozen_heap import frozen_heap
 
 
 @contextlib.contextmanager
@@ -20,8 +20,8 @@ def job_session(task, pipeline, ship_package: bool, what: str) -> Iterator[Any]:
     to its stop: the task's time beyond it is Airflow's, this operator's and the client's import."""
     from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 
-    from ..deploy import package_archive
-    from ..spark.session import connect_session
+    from airflow_cdc_provider.spark.launch.package import package_archive
+    from airflow_cdc_provider.spark.session import connect_session
 
     conn_id, conf = task.connect_conn_id, task.conf
     artifacts = [str(package_archive(pipeline.state.local_dir("dist")))] if ship_package else []

@@ -6,8 +6,8 @@ from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator
 
-from ..watermarks import collect_watermarks
-from ._common import load_pipeline
+from airflow_cdc_provider.pipeline.collect import collect_watermarks
+from airflow_cdc_provider.pipeline.resolve import load_pipeline
 
 
 class CollectWatermarksOperator(BaseOperator):
@@ -30,7 +30,7 @@ class CollectWatermarksOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
-        from ..watermarks import MissingChunkReports
+        from airflow_cdc_provider.pipeline.collect import MissingChunkReports
 
         ti = context["ti"]
         plan = ti.xcom_pull(task_ids=self.plan_task_id, key="plan") or {}

@@ -7,9 +7,9 @@ from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator
 
-from ..mysql.planner import plan_chunks
-from ..mysql.validation import SourceValidationError
-from ._common import load_pipeline
+from airflow_cdc_provider.pipeline.plan import plan_chunks
+from airflow_cdc_provider.pipeline.resolve import load_pipeline
+from airflow_cdc_provider.source.validation import SourceValidationError
 
 
 class ValidateSourceOperator(BaseOperator):
@@ -25,9 +25,8 @@ class ValidateSourceOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
-        from ..hooks.mysql_cdc import MySqlCdcHook
-
-        from ..pipeline import check_writable
+        from airflow_cdc_provider.hooks.mysql_cdc import MySqlCdcHook
+        from airflow_cdc_provider.pipeline.resolve import check_writable
 
         p = load_pipeline(self.config)
         problems = check_writable(p)

@@ -7,10 +7,9 @@ from typing import Any, Sequence
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from ._common import load_pipeline, server_id_for
-from ._heap import with_frozen_heap
-from ._submit import CdcSparkSubmitOperator
-
+from airflow_cdc_provider.operators.frozen_heap import with_frozen_heap
+from airflow_cdc_provider.operators.spark_submit import CdcSparkSubmitOperator
+from airflow_cdc_provider.pipeline.resolve import load_pipeline
 
 CHUNK_LABEL_TEMPLATE = "{{ chunk_label }}"
 """Pass as ``map_index_template`` in ``.partial()``: the UI then names each mapped task ``db.t [a, b)``."""
@@ -60,7 +59,7 @@ class SnapshotChunkOperator(CdcSparkSubmitOperator):
         chunks = self.chunk["chunks"]
         tables = list(dict.fromkeys(c["table"] for c in chunks))  # several whole small tables may share a task
         ti = context["ti"]
-        spec = p.job_spec(server_id=server_id_for(p, max(ti.map_index, 0)),
+        spec = p.job_spec(server_id=p.server_id(max(ti.map_index, 0)),
                           tables={t: {"chunk_key": p.config.source.chunk_key.get(t)} for t in tables}, chunks=chunks)
         by_table_epoch: dict[tuple[str, int], list[int]] = {}  # (table, epoch) -> chunk indexes
         for c in chunks:
@@ -85,15 +84,15 @@ class SnapshotChunkOperator(CdcSparkSubmitOperator):
 
     def run_on_connect(self, pipeline, spec) -> None:
         """The chunk job in this process, on a new session of the ``connect_conn_id`` server."""
-        from ..spark.snapshot import run_snapshot
-        from ._connect import job_session
+        from airflow_cdc_provider.operators._connect import job_session
+        from airflow_cdc_provider.spark.snapshot import run_snapshot
 
         # the jdbc sink writes from the executors' Python: they import this package from the session
         with job_session(self, pipeline, pipeline.sink.type == "jdbc", "chunk job") as spark:
             run_snapshot(spark, spec, pipeline.secrets)
 
     def on_kill(self) -> None:
-        from ._connect import interrupt
+        from airflow_cdc_provider.operators._connect import interrupt
 
         if not interrupt(self):  # on Connect the server stops the session's jobs; execute() then ends it
             super().on_kill()

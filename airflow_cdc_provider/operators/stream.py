@@ -12,12 +12,19 @@ from typing import Any, Sequence
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from ..deploy import StandaloneRest
-from ..links import SPARK_UI_XCOM_KEY, SparkUILink
-from ..stream_health import StreamHealth, current_status, judge, launch_alive, launch_name, process_alive
-from ._common import load_pipeline, server_id_for
-from ._heap import with_frozen_heap
-from ._submit import CdcSparkSubmitOperator
+from airflow_cdc_provider.operators.frozen_heap import with_frozen_heap
+from airflow_cdc_provider.operators.links import SPARK_UI_XCOM_KEY, SparkUILink
+from airflow_cdc_provider.operators.spark_submit import CdcSparkSubmitOperator
+from airflow_cdc_provider.pipeline.resolve import load_pipeline
+from airflow_cdc_provider.pipeline.stream_watch import (
+    StreamHealth,
+    current_status,
+    judge,
+    launch_alive,
+    launch_name,
+    process_alive,
+)
+from airflow_cdc_provider.spark.launch.standalone_rest import StandaloneRest
 
 STREAM_SERVER_ID_SLOT = 10_000  # far from the chunk readers' slots
 STOP_GRACE_SECONDS = 90  # a graceful stop ends the running batch first
@@ -80,7 +87,7 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
         if not tables and (p.stream.get("startup") or "initial") == "initial":
             raise AirflowFailException("no finished snapshot and no stream seed: run the snapshot tasks first")
         tables = tables or {t: {"chunk_key": p.config.source.chunk_key.get(t)} for t in p.config.source.tables}
-        spec = p.job_spec(server_id=server_id_for(p, STREAM_SERVER_ID_SLOT), tables=tables)
+        spec = p.job_spec(server_id=p.server_id(STREAM_SERVER_ID_SLOT), tables=tables)
         # the job writes this id into its status: a status is this launch's only if the ids match (a killed
         # predecessor's last heartbeat must never pass for the new job's, whatever the clocks say)
         self._launch_id = uuid.uuid4().hex
@@ -106,8 +113,8 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
         """The ``available_now`` stream job in this process, on a new session of the ``connect_conn_id`` server."""
         from airflow.sdk.exceptions import AirflowException
 
-        from ..spark.stream import StreamJob, failure_summary
-        from ._connect import job_session
+        from airflow_cdc_provider.operators._connect import job_session
+        from airflow_cdc_provider.spark.stream import StreamJob, failure_summary
 
         # the source's reads and the foreachBatch writer run in the server's Python workers: they import this package
         with job_session(self, pipeline, True, "stream job") as spark:
@@ -156,7 +163,7 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
             self.release_secrets()
         context["ti"].xcom_push(key=SPARK_UI_XCOM_KEY, value=health.status.get("ui_url") or "")
         if not health.final and self.deferrable:
-            from ..triggers.stream import StreamHeartbeatTrigger
+            from airflow_cdc_provider.triggers.stream import StreamHeartbeatTrigger
 
             self.defer(trigger=StreamHeartbeatTrigger(p.state.uri, launch, timeout, self.poll_interval),
                        method_name="execute_complete")

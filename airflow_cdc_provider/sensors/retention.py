@@ -6,9 +6,9 @@ from typing import Any, Sequence
 
 from airflow.sdk.bases.sensor import BaseSensorOperator
 
-from ..core.offsets import BinlogOffset
-from ..hooks.mysql_cdc import MySqlCdcHook
-from ..operators._common import load_pipeline
+from airflow_cdc_provider.core.offsets import BinlogOffset
+from airflow_cdc_provider.hooks.mysql_cdc import MySqlCdcHook
+from airflow_cdc_provider.pipeline.resolve import load_pipeline
 
 
 def resume_offset(state) -> BinlogOffset | None:

@@ -53,11 +53,11 @@ class SinkConfig:
 def finish_snapshot(sink: SinkConfig, secrets: dict[str, str], table: str, epoch: int, min_low_watermark: tuple) -> None:
     """Make a completed snapshot epoch the table's current one (called once every chunk report is in)."""
     if sink.type == "parquet":
-        from .parquet import ParquetLayout
+        from airflow_cdc_provider.sinks.parquet import ParquetLayout
 
         ParquetLayout(sink.path).write_current(table, epoch, min_low_watermark)
     elif sink.type == "jdbc":
-        from .postgres import PostgresMirror
+        from airflow_cdc_provider.sinks.postgres import PostgresMirror
 
         PostgresMirror(sink, secrets).sweep_stale(table, min_low_watermark)
     else:

@@ -31,8 +31,8 @@ import json
 import uuid
 from typing import Any
 
-from ..state import table_dir_name
-from ..storage import Storage
+from airflow_cdc_provider.state.storage import Storage
+from airflow_cdc_provider.state.store import table_dir_name
 
 
 def _chunk_range(name: str) -> tuple[int, int] | None:
@@ -49,7 +49,7 @@ class ParquetLayout:
 
     def __init__(self, path: str | None) -> None:
         if not path:
-            from . import SinkError
+            from airflow_cdc_provider.sinks import SinkError
 
             raise SinkError("sink.path is required for the parquet sink")
         self.uri = path

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterable, Iterator, Sequence
 
-from . import META_COLUMNS, VERSION_COLUMNS, SinkConfig, SinkError
+from airflow_cdc_provider.sinks import META_COLUMNS, VERSION_COLUMNS, SinkConfig, SinkError
 
 META_PG_TYPES = {"string": "text", "bigint": "bigint", "int": "integer"}
 PG_IDENTIFIER_MAX = 63

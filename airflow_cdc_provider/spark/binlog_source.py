@@ -117,7 +117,7 @@ def arrow_batches(rows: list[list], schema, batch_rows: int = 10_000) -> list | 
 class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, spec_json: str, secrets: dict[str, str], partitions: int, tables: list[str],
                  schema=None) -> None:
-        from ..jobspec import JobSpec
+        from airflow_cdc_provider.pipeline.jobspec import JobSpec
 
         self.schema = schema  # the source's StructType, for the Arrow batches
         self.spec = JobSpec.from_json(spec_json)
@@ -136,12 +136,12 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         import pymysql
 
-        from ..core.chunks import TableId
-        from ..core.emit_filter import build_emit_filter
-        from ..mysql.key_order import DatabaseKeyOrder
-        from ..mysql.schema import load_schema
-        from ..mysql.types import TableSinkTypes
-        from ..state import StateStore
+        from airflow_cdc_provider.core.chunks import TableId
+        from airflow_cdc_provider.core.emit_filter import build_emit_filter
+        from airflow_cdc_provider.sinks.types import TableSinkTypes
+        from airflow_cdc_provider.source.key_order import DatabaseKeyOrder
+        from airflow_cdc_provider.source.schema import load_schema
+        from airflow_cdc_provider.state.store import StateStore
 
         self.conn = pymysql.connect(**self.settings.pymysql_kwargs())
         self.schemas = {}
@@ -159,7 +159,7 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue
             order = self.orders[t]
             if order.needs_database:
-                from ..core.keys import decode_key
+                from airflow_cdc_provider.core.keys import decode_key
 
                 order.prefetch([decode_key(r["start"]) for r in info["chunks"] if r["start"] is not None])
                 orders[name] = order
@@ -168,7 +168,7 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._ready = True
 
     def _server_offset(self) -> dict[str, Any]:
-        from ..mysql.server import current_offset
+        from airflow_cdc_provider.source.server import current_offset
 
         self._setup()
         off = current_offset(self.conn)
@@ -206,7 +206,7 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- Spark API ---------------------------------------------------------------------------------
     def initialOffset(self) -> dict:
-        from ..mysql.startup import resolve_startup
+        from airflow_cdc_provider.source.startup import resolve_startup
 
         def initial() -> dict:
             self._setup()
@@ -226,8 +226,8 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._reconnecting("batch plan", self._latest, start, limit)
 
     def _latest(self, start: dict, limit) -> dict:
-        from ..core.offsets import BinlogOffset
-        from ..mysql.segments import BinlogMap
+        from airflow_cdc_provider.core.offsets import BinlogOffset
+        from airflow_cdc_provider.source.segments import BinlogMap
 
         self._setup()
         target = self._target or self._server_offset()
@@ -256,8 +256,8 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._reconnecting("segment plan", self._partitions, start, end)
 
     def _partitions(self, start: dict, end: dict) -> list[BinlogSegment]:
-        from ..core.offsets import BinlogOffset
-        from ..mysql.segments import BinlogMap
+        from airflow_cdc_provider.core.offsets import BinlogOffset
+        from airflow_cdc_provider.source.segments import BinlogMap
 
         begin, stop = BinlogOffset.from_dict(start), BinlogOffset.from_dict(end)
         if not stop > begin:
@@ -281,8 +281,8 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- decoding ----------------------------------------------------------------------------------
     def _read(self, start: dict, stop: dict, index: int) -> list[tuple]:
         """The emitted rows of the transactions in ``[start, stop)``, decoded by replica ``index``."""
-        from ..core.offsets import BinlogOffset
-        from ..mysql.binlog import read_changes_between
+        from airflow_cdc_provider.core.offsets import BinlogOffset
+        from airflow_cdc_provider.source.binlog import read_changes_between
 
         self._setup()
         # A segment decodes into a few hundred thousand small objects without reference cycles; the cyclic
@@ -305,7 +305,7 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return lo + (base - lo + 1 + index) % (hi - lo + 1)
 
     def _emit(self, records: list) -> list[tuple]:
-        from ..core.keys import Key
+        from airflow_cdc_provider.core.keys import Key
 
         need: dict[Any, list[Key]] = {}
         for rec in records:
@@ -348,7 +348,7 @@ def register_source(spark, secrets: dict[str, str]) -> None:
     that imports every installed ``pyspark_*`` module it finds (1.2 s of a stream job's start here), and
     this application reads no source but ours. Left alone when that lookup already ran, on Spark Connect
     (the server's, once per server), and on a Spark without this internal (the lookup then runs as usual)."""
-    from .session import is_connect
+    from airflow_cdc_provider.spark.session import is_connect
 
     if not is_connect(spark):
         try:

@@ -12,11 +12,11 @@ from typing import Any, Sequence
 
 from pymysql.converters import escape_item
 
-from ..core.chunks import TableId
-from ..core.keys import Key
-from ..mysql.settings import ConnectionSettings
-from ..mysql.sql import quote_table, range_predicate
-from ..mysql.types import TableSinkTypes
+from airflow_cdc_provider.core.chunks import TableId
+from airflow_cdc_provider.core.keys import Key
+from airflow_cdc_provider.sinks.types import TableSinkTypes
+from airflow_cdc_provider.source.settings import ConnectionSettings
+from airflow_cdc_provider.source.sql import quote_table, range_predicate
 
 DRIVER = "org.mariadb.jdbc.Driver"
 

@@ -9,13 +9,13 @@ import sys
 import time
 from pathlib import Path
 
-from ..jobspec import JobSpec, load_secrets
-from .session import spark_session, stop_session
+from airflow_cdc_provider.pipeline.jobspec import JobSpec, load_secrets
+from airflow_cdc_provider.spark.session import spark_session, stop_session
 
 
 def _args(argv: list[str], what: str) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=what)
-    p.add_argument("--spec", required=True, help="job spec JSON (no secrets; see airflow_cdc_provider.jobspec)")
+    p.add_argument("--spec", required=True, help="job spec JSON (no secrets; see airflow_cdc_provider.pipeline.jobspec)")
     return p.parse_args(argv)
 
 
@@ -54,7 +54,7 @@ def ship_package_to_executors(spark) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``JOB --spec SPEC``: the entry point of the package archive (see airflow_cdc_provider.deploy)."""
+    """``JOB --spec SPEC``: the entry point of the package archive (see airflow_cdc_provider.spark.launch.package)."""
     jobs = {"snapshot_chunk": snapshot_main, "binlog_stream": stream_main}
     if not argv or argv[0] not in jobs:
         print(f"usage: <archive> {{{','.join(jobs)}}} --spec SPEC", file=sys.stderr)
@@ -63,7 +63,7 @@ def main(argv: list[str]) -> int:
 
 
 def snapshot_main(argv: list[str] | None = None) -> int:
-    from .snapshot import run_snapshot
+    from airflow_cdc_provider.spark.snapshot import run_snapshot
 
     def run(spark, spec, secrets) -> int:
         reports = run_snapshot(spark, spec, secrets)
@@ -75,6 +75,6 @@ def snapshot_main(argv: list[str] | None = None) -> int:
 
 
 def stream_main(argv: list[str] | None = None) -> int:
-    from .stream import run_stream
+    from airflow_cdc_provider.spark.stream import run_stream
 
     return _run(argv, "binlog_stream.py", lambda spec: f"airflow-cdc {spec.pipeline} binlog stream", run_stream)

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..mysql.types import TableSinkTypes
-from ..sinks import META_COLUMNS, META_NAMES, VERSION_COLUMNS, SinkConfig, SinkError
-from ..sinks.parquet import ParquetLayout
-from ..sinks.postgres import PostgresMirror, pg_ident
-from .columns import col, cols
+from airflow_cdc_provider.sinks import META_COLUMNS, META_NAMES, VERSION_COLUMNS, SinkConfig, SinkError
+from airflow_cdc_provider.sinks.parquet import ParquetLayout
+from airflow_cdc_provider.sinks.postgres import PostgresMirror, pg_ident
+from airflow_cdc_provider.sinks.types import TableSinkTypes
+from airflow_cdc_provider.spark.columns import col, cols
 
 Hook = Callable[[], None]
 CHUNK_COLUMN = "__cdc_chunk"

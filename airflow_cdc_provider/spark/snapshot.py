@@ -34,25 +34,25 @@ import time
 from collections import Counter
 from typing import Any
 
-from ..core.chunks import Chunk, TableId, chunk_locator
-from ..core.keys import Key
-from ..core.records import OP_DELETE, ChangeRecord
-from ..faults import FaultSwitch
-from ..jobspec import JobSpec
-from ..mysql.binlog import read_changes_between
-from ..mysql.chunk_reader import chunk_report_base
-from ..mysql.key_order import DatabaseKeyOrder
-from ..mysql.planner import connect
-from ..mysql.schema import TableSchema, load_schema
-from ..mysql.server import current_offset, server_info
-from ..mysql.sql import quote_ident, quote_table, range_predicate
-from ..mysql.types import TableSinkTypes
-from ..sinks import SinkConfig
-from ..state import StateStore
-from .columns import quoted
-from .jdbc_read import read_key_ranges
-from .session import default_parallelism
-from .sinks import CHUNK_COLUMN, spark_sink, with_meta
+from airflow_cdc_provider.core.chunks import Chunk, TableId, chunk_locator
+from airflow_cdc_provider.core.keys import Key
+from airflow_cdc_provider.core.records import OP_DELETE, ChangeRecord
+from airflow_cdc_provider.pipeline.faults import FaultSwitch
+from airflow_cdc_provider.pipeline.jobspec import JobSpec
+from airflow_cdc_provider.sinks import SinkConfig
+from airflow_cdc_provider.sinks.types import TableSinkTypes
+from airflow_cdc_provider.source.binlog import read_changes_between
+from airflow_cdc_provider.source.chunk_reader import chunk_report_base
+from airflow_cdc_provider.source.connection import connect
+from airflow_cdc_provider.source.key_order import DatabaseKeyOrder
+from airflow_cdc_provider.source.schema import TableSchema, load_schema
+from airflow_cdc_provider.source.server import current_offset, server_info
+from airflow_cdc_provider.source.sql import quote_ident, quote_table, range_predicate
+from airflow_cdc_provider.spark.columns import quoted
+from airflow_cdc_provider.spark.jdbc_read import read_key_ranges
+from airflow_cdc_provider.spark.session import default_parallelism
+from airflow_cdc_provider.spark.sinks import CHUNK_COLUMN, spark_sink, with_meta
+from airflow_cdc_provider.state.store import StateStore
 
 log = logging.getLogger("airflow_cdc.snapshot")
 

@@ -25,17 +25,17 @@ import threading
 import time
 from typing import Any
 
-from ..core.chunks import TableId
-from ..faults import FaultSwitch
-from ..jobspec import JobSpec
-from ..mysql.planner import connect
-from ..mysql.schema import load_schema
-from ..mysql.types import TableSinkTypes
-from ..sinks import META_COLUMNS, SinkConfig
-from ..state import StateStore
-from .binlog_source import image_column, register_source, source_schema
-from .session import default_parallelism, is_connect
-from .sinks import spark_sink
+from airflow_cdc_provider.core.chunks import TableId
+from airflow_cdc_provider.pipeline.faults import FaultSwitch
+from airflow_cdc_provider.pipeline.jobspec import JobSpec
+from airflow_cdc_provider.sinks import META_COLUMNS, SinkConfig
+from airflow_cdc_provider.sinks.types import TableSinkTypes
+from airflow_cdc_provider.source.connection import connect
+from airflow_cdc_provider.source.schema import load_schema
+from airflow_cdc_provider.spark.binlog_source import image_column, register_source, source_schema
+from airflow_cdc_provider.spark.session import default_parallelism, is_connect
+from airflow_cdc_provider.spark.sinks import spark_sink
+from airflow_cdc_provider.state.store import StateStore
 
 log = logging.getLogger("airflow_cdc.stream")
 IDLE_HEARTBEAT_SECONDS = 5.0

@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ..core.keys import Key, encode_key
-from ..mysql.settings import ConnectionSettings
-from ..mysql.types import TableSinkTypes
-from .columns import cols
-from .jdbc_read import read_key_ranges
+from airflow_cdc_provider.core.keys import Key, encode_key
+from airflow_cdc_provider.sinks.types import TableSinkTypes
+from airflow_cdc_provider.source.settings import ConnectionSettings
+from airflow_cdc_provider.spark.columns import cols
+from airflow_cdc_provider.spark.jdbc_read import read_key_ranges
 
 
 @dataclass

@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-
 DAG_FILES = Path(__file__).resolve().parents[2] / "dags"
 
 

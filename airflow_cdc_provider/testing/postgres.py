@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .mariadb import PrivateServer, free_port, stop_process_group
+from airflow_cdc_provider.testing.mariadb import PrivateServer, free_port, stop_process_group
 
 
 def pg_bin(name: str) -> str:

@@ -12,9 +12,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ..jobspec import SECRETS_FILE_ENV, JobSpec, write_secrets_file
-from ..spark.session import default_jars
-from ..spark_jobs import application_path
+from airflow_cdc_provider.pipeline.jobspec import SECRETS_FILE_ENV, JobSpec, write_secrets_file
+from airflow_cdc_provider.spark.session import default_jars
+from airflow_cdc_provider.spark_jobs import application_path
 
 
 def spark_submit_binary() -> str:

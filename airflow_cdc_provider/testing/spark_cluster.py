@@ -22,7 +22,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from .mariadb import PrivateServer, free_port, serve_until_interrupted, stop_process_group
+from airflow_cdc_provider.testing.mariadb import PrivateServer, free_port, serve_until_interrupted, stop_process_group
 
 
 def spark_class() -> str:

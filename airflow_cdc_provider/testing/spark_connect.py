@@ -17,9 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..spark.session import check_reachable, default_jars
-from .mariadb import PrivateServer, free_port, serve_until_interrupted, stop_process_group
-from .spark import spark_env, spark_submit_binary
+from airflow_cdc_provider.spark.session import check_reachable, default_jars
+from airflow_cdc_provider.testing.mariadb import PrivateServer, free_port, serve_until_interrupted, stop_process_group
+from airflow_cdc_provider.testing.spark import spark_env, spark_submit_binary
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 

@@ -11,8 +11,8 @@ from typing import Any, AsyncIterator
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from ..state import StateStore
-from ..stream_health import judge, launch_alive
+from airflow_cdc_provider.pipeline.stream_watch import judge, launch_alive
+from airflow_cdc_provider.state.store import StateStore
 
 
 class StreamHeartbeatTrigger(BaseTrigger):

@@ -3,8 +3,8 @@
 
 import pytest
 
-from airflow_cdc_provider.operators._submit import THROUGHPUT_GC, CdcSparkSubmitOperator, chooses_gc
 from airflow_cdc_provider.operators.snapshot import SnapshotChunkOperator
+from airflow_cdc_provider.operators.spark_submit import THROUGHPUT_GC, CdcSparkSubmitOperator, chooses_gc
 from airflow_cdc_provider.operators.stream import BinlogStreamOperator
 
 

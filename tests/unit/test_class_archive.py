@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_cdc_provider.class_archive import ClassArchive
+from airflow_cdc_provider.spark.launch.class_archive import ClassArchive
 
 
 def _java_with(options: str) -> subprocess.CompletedProcess:

@@ -1,7 +1,7 @@
 import pytest
 
-from airflow_cdc_provider.config import ConfigError, load_config
-from airflow_cdc_provider.mysql.settings import ConnectionConfigError, ConnectionSettings
+from airflow_cdc_provider.pipeline.config import ConfigError, load_config
+from airflow_cdc_provider.source.settings import ConnectionConfigError, ConnectionSettings
 
 GOOD = """
 source:

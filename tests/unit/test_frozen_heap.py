@@ -3,7 +3,7 @@ process's heap is out of garbage collections; after it, the process has its coll
 
 import gc
 
-from airflow_cdc_provider.operators._heap import frozen_heap, with_frozen_heap
+from airflow_cdc_provider.operators.frozen_heap import frozen_heap, with_frozen_heap
 
 
 class Cycle:

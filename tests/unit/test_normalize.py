@@ -1,6 +1,6 @@
 from airflow_cdc_provider.core.chunks import TableId
-from airflow_cdc_provider.core.normalize import normalize_chunk
 from airflow_cdc_provider.core.records import OP_CREATE, OP_DELETE, OP_UPDATE, records_from_row_event
+from airflow_cdc_provider.core.window import normalize_chunk
 
 T = TableId("db", "t")
 F = "mariadb-bin.000001"

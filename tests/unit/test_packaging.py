@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_cdc_provider.config import load_config
 from airflow_cdc_provider.get_provider_info import get_provider_info
-from airflow_cdc_provider.mysql.server import ServerInfo
-from airflow_cdc_provider.mysql.sql import compare, quote_ident, range_predicate
+from airflow_cdc_provider.pipeline.config import load_config
+from airflow_cdc_provider.source.server import ServerInfo
+from airflow_cdc_provider.source.sql import compare, quote_ident, range_predicate
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,7 +29,7 @@ def test_provider_is_discovered_by_airflow():
 
     pm = ProvidersManager()
     assert "airflow-cdc-provider" in pm.providers
-    assert "airflow_cdc_provider.links.SparkUILink" in pm.extra_links_class_names
+    assert "airflow_cdc_provider.operators.links.SparkUILink" in pm.extra_links_class_names
     assert "airflow_cdc_provider.triggers.stream" in [t.trigger_class_name for t in pm.trigger]
     for group in ("operators", "sensors", "hooks", "triggers"):
         for module in info[group][0]["python-modules"]:

@@ -10,9 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from airflow_cdc_provider.deploy import SparkTarget
 from airflow_cdc_provider.operators.stream import BinlogStreamOperator
-from airflow_cdc_provider.python_launcher import installed_pyspark, python_launcher
+from airflow_cdc_provider.spark.launch.python_launcher import installed_pyspark, python_launcher
+from airflow_cdc_provider.spark.launch.target import SparkTarget
 from airflow_cdc_provider.testing.spark import spark_env, spark_submit_binary
 
 PACKAGE = installed_pyspark()  # requirements/ install pyspark with pip: the embedded default this serves

@@ -8,9 +8,9 @@ import uuid
 
 import pytest
 
-from airflow_cdc_provider.jobspec import JobSpec
-from airflow_cdc_provider.state import StateStore
-from airflow_cdc_provider.storage import StorageError, read_text
+from airflow_cdc_provider.pipeline.jobspec import JobSpec
+from airflow_cdc_provider.state.storage import StorageError, read_text
+from airflow_cdc_provider.state.store import StateStore
 
 
 @pytest.fixture(params=["path", "file-uri", "memory"])

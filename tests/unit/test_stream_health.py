@@ -5,7 +5,7 @@ import subprocess
 import sys
 import time
 
-from airflow_cdc_provider.stream_health import judge, process_alive
+from airflow_cdc_provider.pipeline.stream_watch import judge, process_alive
 
 LAUNCH = {"pid": 4242, "host": "h", "started_at": 1000.0, "log": "/x/job.log"}
 

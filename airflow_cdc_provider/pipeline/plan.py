@@ -1,0 +1,61 @@
+"""The plan step: validate the source, split every table that needs a snapshot into chunks, group the
+chunks into mapped tasks."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from airflow_cdc_provider.core.chunks import Chunk, ChunkTask, SplitOptions, group_into_tasks
+from airflow_cdc_provider.source.chunk_queries import split_schema
+from airflow_cdc_provider.source.connection import connect
+from airflow_cdc_provider.source.schema import TableSchema
+from airflow_cdc_provider.source.settings import ConnectionSettings
+from airflow_cdc_provider.source.validation import ValidationResult, validate_source
+
+DEFAULT_MAX_TASKS = 1024  # Airflow's [core] max_map_length default
+
+
+@dataclass
+class ChunkPlan:
+    validation: ValidationResult
+    chunks: list[Chunk]
+    tasks: list[ChunkTask]
+
+    @property
+    def schemas(self) -> list[TableSchema]:
+        return self.validation.schemas
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tables": [
+                {
+                    "table": str(s.table),
+                    "key_columns": list(s.key_columns),
+                    "chunks": [c.to_dict() for c in self.chunks if c.table == s.table],
+                }
+                for s in self.schemas
+            ],
+            "tasks": [t.to_dict() for t in self.tasks],
+        }
+
+
+def plan_chunks(
+    settings: ConnectionSettings,
+    tables: Sequence[str],
+    options: SplitOptions,
+    chunk_keys: Mapping[str, Any] | None = None,
+    max_tasks: int = DEFAULT_MAX_TASKS,
+    should_split: Callable[[TableSchema], bool] | None = None,
+    chunks_per_task: int = 1,
+) -> ChunkPlan:
+    """Validate every table; split those ``should_split`` accepts (all by default), so a later run does not
+    pay the split queries of tables whose snapshot is already finished."""
+    with contextlib.closing(connect(settings)) as conn:
+        validation = validate_source(conn, tables, chunk_keys, source=f"source {settings.describe()}")
+        chunks: list[Chunk] = []
+        for schema in validation.schemas:
+            if should_split is None or should_split(schema):
+                chunks += split_schema(conn, schema, options)
+    return ChunkPlan(validation, chunks, group_into_tasks(chunks, max_tasks, chunks_per_task))

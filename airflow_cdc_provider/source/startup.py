@@ -1,0 +1,114 @@
+"""Where a new stream starts (``stream.startup``), when it has no checkpoint yet.
+
+* ``initial`` (default): the stream seed, the smallest high watermark of the snapshot chunks;
+* ``latest``: the server's current position (changes from now on; no snapshot needed);
+* ``earliest``: the oldest binlog file still on the server;
+* ``{file: mysql-bin.000042, pos: 1234}``: a transaction boundary you know;
+* ``{gtid: "0-1-1234"}``: just after the transaction with this GTID (MariaDB, one domain);
+* ``{timestamp: 1700000000 | "2026-11-21T10:00:00Z"}``: the first transaction committed at or after it.
+
+GTID and timestamp starts scan the binlog from its oldest file to find the boundary.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from airflow_cdc_provider.core.offsets import BinlogOffset
+from airflow_cdc_provider.source.server import SourceError, binlog_files, current_offset
+from airflow_cdc_provider.source.settings import ConnectionSettings
+
+
+class StartupError(SourceError):
+    pass
+
+
+def _offset(file: str, pos: int, gtid: str | None = None) -> dict[str, Any]:
+    return {"file": file, "pos": int(pos), "gtid": gtid, "ts_ms": 0, "behind": False}
+
+
+def _timestamp(value: Any) -> float:
+    if isinstance(value, (int, float)):
+        return float(value)
+    text = str(value).replace("Z", "+00:00")
+    t = dt.datetime.fromisoformat(text)
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.timezone.utc)
+    return t.timestamp()
+
+
+def _scan(settings: ConnectionSettings, server_id: int, first: BinlogOffset, *, gtid: str | None = None,
+          after_ts: float | None = None) -> dict[str, Any] | None:
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
+
+    stream = BinLogStreamReader(
+        connection_settings=settings.replication_kwargs(), server_id=server_id, log_file=first.file,
+        log_pos=first.pos, resume_stream=True, blocking=False,
+        only_events=[MariadbGtidEvent, XidEvent, QueryEvent], is_mariadb=False, enable_logging=False,
+        freeze_schema=True,  # no rows are decoded here: table maps only need their ids
+    )
+    boundary = first
+    found_gtid = False
+    try:
+        for ev in stream:
+            if isinstance(ev, MariadbGtidEvent):
+                if after_ts is not None and ev.timestamp >= after_ts:
+                    return _offset(boundary.file, boundary.pos)
+                found_gtid = ev.gtid == gtid
+                continue
+            if isinstance(ev, XidEvent) or (isinstance(ev, QueryEvent) and ev.query.strip().upper() != "BEGIN"):
+                boundary = BinlogOffset(stream.log_file, int(ev.packet.log_pos))
+                if found_gtid:
+                    return _offset(boundary.file, boundary.pos, gtid)
+    finally:
+        stream.close()
+    return None
+
+
+def resolve_startup(spec: Any, settings: ConnectionSettings, conn: Any) -> dict[str, Any]:
+    mode = spec.stream.get("startup") or "initial"
+    server_id = spec.server_id
+    if mode == "initial":
+        from airflow_cdc_provider.state.store import StateStore
+
+        seed = StateStore(spec.state_path).read_seed()
+        if not seed:
+            raise StartupError(
+                f"stream.startup is 'initial' but the state store {spec.state_path} has no stream seed: run the "
+                "snapshot (plan -> chunks -> collect_watermarks) first, or set stream.startup to latest"
+            )
+        s = seed["start"]
+        return _offset(s["file"], s["pos"], s.get("gtid"))
+    if mode == "latest":
+        o = current_offset(conn)
+        return _offset(o.file, o.pos, o.gtid)
+    files = binlog_files(conn)
+    if not files:
+        raise StartupError("the server lists no binary logs (SHOW BINARY LOGS is empty); is log_bin on?")
+    earliest = BinlogOffset(files[0][0], 4)
+    if mode == "earliest":
+        return _offset(earliest.file, earliest.pos)
+    if isinstance(mode, dict) and "file" in mode:
+        names = [f for f, _ in files]
+        if mode["file"] not in names:
+            raise StartupError(
+                f"stream.startup file {mode['file']!r} is not on the server (it has {names[0]} .. {names[-1]})")
+        return _offset(mode["file"], int(mode.get("pos", 4)))
+    if isinstance(mode, dict) and "gtid" in mode:
+        g = str(mode["gtid"]).strip()
+        if "," in g:
+            raise StartupError("stream.startup gtid: give one GTID (domain-server-seq); multi-domain sets are not supported")
+        found = _scan(settings, server_id, earliest, gtid=g)
+        if not found:
+            raise StartupError(f"stream.startup gtid {g!r} is not in the binlogs still on the server")
+        return found
+    if isinstance(mode, dict) and "timestamp" in mode:
+        found = _scan(settings, server_id, earliest, after_ts=_timestamp(mode["timestamp"]))
+        if found:
+            return found
+        o = current_offset(conn)
+        return _offset(o.file, o.pos, o.gtid)
+    raise StartupError(
+        f"stream.startup {mode!r}: use initial, latest, earliest, {{file, pos}}, {{gtid}} or {{timestamp}}")
