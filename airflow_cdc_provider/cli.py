@@ -7,6 +7,7 @@ any difference, 0 when equal.
 holds it) to Parquet.
 ``airflow-cdc status CONFIG.yaml`` prints the stream's status (offset, lag, rows, heartbeat age) as JSON.
 ``airflow-cdc stop CONFIG.yaml [--wait S]`` asks a running stream to stop after its current batch.
+``airflow-cdc schema`` prints the JSON Schema of the pipeline YAML (the one in docs/pipeline.schema.json).
 
 Errors are one line per problem on stderr, prefixed ``airflow-cdc: error:``, exit code 2; they name the
 file, key or table and say what to change.
@@ -25,6 +26,8 @@ from airflow_cdc_provider.pipeline.plan import DEFAULT_MAX_TASKS, ChunkPlan, pla
 from airflow_cdc_provider.source.server import SourceError
 from airflow_cdc_provider.source.settings import ConnectionConfigError
 from airflow_cdc_provider.source.validation import SourceValidationError
+from airflow_cdc_provider.state.records import FINAL_STATES
+from airflow_cdc_provider.state.store import StateStore
 
 EXIT_USAGE = 2
 
@@ -53,14 +56,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args.config)
     except ConfigError as exc:
-        return _fail([str(exc)])
+        return _fail(str(exc).splitlines())
     where = f"{args.config}: source"
     from airflow_cdc_provider.pipeline.resolve import check_writable, resolve_pipeline
 
     try:
         problems = check_writable(resolve_pipeline(cfg))
     except ConfigError as exc:  # names its file and key already (sink.conn_id, state.path, ...)
-        return _fail([str(exc)])
+        return _fail(str(exc).splitlines())
     except (ConnectionConfigError, SourceError, ValueError) as exc:
         return _fail([f"{where}: {exc}"])
     if problems:
@@ -105,7 +108,6 @@ def _spark_pipeline(args: argparse.Namespace):
 def cmd_verify(args: argparse.Namespace) -> int:
     from airflow_cdc_provider.sinks.types import TableSinkTypes
     from airflow_cdc_provider.spark.session import spark_session, stop_session
-    from airflow_cdc_provider.spark.sinks import spark_sink
     from airflow_cdc_provider.spark.verify import verify_table
 
     try:
@@ -113,11 +115,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
     except SourceValidationError as exc:
         return _fail([f"{args.config}: source: {p}" for p in exc.problems])
     except (ConfigError, ConnectionConfigError, SourceError, ValueError, RuntimeError) as exc:
-        return _fail([str(exc)])
+        return _fail(str(exc).splitlines())
     spark = spark_session("airflow-cdc verify", master=args.master)
     verdicts = []
     try:
-        sink = spark_sink(spark, pipeline.sink, pipeline.secrets)
+        sink = pipeline.open_sink(spark)
         for schema in plan.schemas:
             if args.table and str(schema.table) != args.table:
                 continue
@@ -130,7 +132,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         json.dump({"dag_id": cfg.dag_id, "equal": equal, "tables": [v.to_dict() for v in verdicts]}, sys.stdout, indent=2)
         print()
     else:
-        print(f"Verify {cfg.dag_id}: source {pipeline.source.describe()} vs {pipeline.sink.describe()}")
+        print(f"Verify {cfg.dag_id}: source {pipeline.source.describe()} vs {sink.describe()}")
         for v in verdicts:
             bad = [c for c in v.chunks if c.differing]
             status = "EQUAL" if v.equal else "DIFFERENT"
@@ -148,16 +150,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_materialize(args: argparse.Namespace) -> int:
     from airflow_cdc_provider.sinks.types import TableSinkTypes
     from airflow_cdc_provider.spark.session import spark_session, stop_session
-    from airflow_cdc_provider.spark.sinks import spark_sink
 
     try:
         cfg, pipeline, plan = _spark_pipeline(args)
     except (ConfigError, ConnectionConfigError, SourceError, ValueError, RuntimeError) as exc:
-        return _fail([str(exc)])
+        return _fail(str(exc).splitlines())
     schema = next(s for s in plan.schemas if str(s.table) == args.table)
     spark = spark_session("airflow-cdc materialize", master=args.master)
     try:
-        df = spark_sink(spark, pipeline.sink, pipeline.secrets).current_state(TableSinkTypes.of(schema))
+        df = pipeline.open_sink(spark).current_state(TableSinkTypes.of(schema))
         df.write.mode("overwrite").parquet(args.output)
         n = spark.read.parquet(args.output).count()
     finally:
@@ -166,7 +167,7 @@ def cmd_materialize(args: argparse.Namespace) -> int:
     return 0
 
 
-def _state_of(config: str):
+def _state_of(config: str) -> StateStore:
     from airflow_cdc_provider.pipeline.resolve import resolve_state
 
     return resolve_state(load_config(config))
@@ -178,13 +179,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     try:
         state = _state_of(args.config)
     except ConfigError as exc:
-        return _fail([str(exc)])
+        return _fail(str(exc).splitlines())
     status = state.read_status()
     if status is None:
         return _fail([f"{args.config}: no stream status in {state.uri} yet (the stream has not run)"])
-    status["heartbeat_age_seconds"] = round(time.time() - float(status.get("updated_at") or 0), 1)
-    status["launch"] = state.read_json(state.LAUNCH)
-    json.dump(status, sys.stdout, indent=2)
+    launch = state.read_launch()
+    out = {**status.to_dict(), "heartbeat_age_seconds": round(time.time() - status.updated_at, 1),
+           "launch": launch.to_dict() if launch else None}
+    json.dump(out, sys.stdout, indent=2)
     print()
     return 0
 
@@ -195,16 +197,25 @@ def cmd_stop(args: argparse.Namespace) -> int:
     try:
         state = _state_of(args.config)
     except ConfigError as exc:
-        return _fail([str(exc)])
+        return _fail(str(exc).splitlines())
     state.request_stop()
     print(f"stop requested in {state.uri}: the stream stops after its current batch")
     deadline = time.time() + args.wait
     while time.time() < deadline:
-        if (state.read_status() or {}).get("state") in ("stopped", "finished", "failed"):
-            print(f"stream {state.read_status()['state']}")
+        status = state.read_status()
+        if status is not None and status.state in FINAL_STATES:
+            print(f"stream {status.state}")
             return 0
         time.sleep(1)
     return 0 if args.wait == 0 else _fail([f"the stream did not stop within {args.wait}s"])
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from airflow_cdc_provider.pipeline.config import pipeline_json_schema
+
+    json.dump(pipeline_json_schema(), sys.stdout, indent=2, sort_keys=True)
+    print()
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -237,6 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("config", help="pipeline YAML file")
     sp.add_argument("--wait", type=float, default=0, help="wait up to this many seconds for the stop (default: don't)")
     sp.set_defaults(func=cmd_stop)
+    sc = sub.add_parser("schema", help="print the JSON Schema of the pipeline YAML (for editors)")
+    sc.set_defaults(func=cmd_schema)
     return ap
 
 

@@ -26,8 +26,6 @@ from airflow_cdc_provider.pipeline.config import ConfigError, PipelineConfig, lo
 
 log = logging.getLogger(__name__)
 
-SPARK_KEYS = ("conf", "py_files", "executor_memory", "driver_memory", "executor_cores", "total_executor_cores",
-              "num_executors", "env_vars", "deploy_mode", "class_archive")
 DEFAULT_START = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 
 
@@ -38,18 +36,15 @@ class PipelineFilesError(Exception):
 def spark_kwargs(cfg: PipelineConfig) -> dict[str, Any]:
     from airflow_cdc_provider.spark.session import default_jars
 
-    s = cfg.section("spark")
-    kw = {k: s[k] for k in SPARK_KEYS if k in s}
-    if s.get("conn_id"):
-        kw["conn_id"] = s["conn_id"]
-    jars = s.get("jars") or []
+    kw = cfg.spark.submit_arguments()
+    jars = cfg.spark.jars or []
     jars = [jars] if isinstance(jars, str) else list(jars)
     kw["jars"] = ",".join([*jars, *(j for j in default_jars() if j not in jars)])
     return kw
 
 
 def _default_args(cfg: PipelineConfig) -> dict[str, Any]:
-    args = dict(cfg.raw.get("default_args") or {})
+    args = dict(cfg.default_args)
     if isinstance(args.get("retry_delay"), (int, float)):
         args["retry_delay"] = dt.timedelta(seconds=args["retry_delay"])
     args.setdefault("retries", 0)
@@ -57,14 +52,13 @@ def _default_args(cfg: PipelineConfig) -> dict[str, Any]:
 
 
 def doc_md(cfg: PipelineConfig) -> str:
-    sink = cfg.section("sink")
-    stream = cfg.section("stream")
+    sink = cfg.sink
     return (
-        f"### CDC pipeline `{cfg.dag_id}`\n\n{cfg.raw.get('description', '')}\n\n"
+        f"### CDC pipeline `{cfg.dag_id}`\n\n{cfg.description or ''}\n\n"
         f"* **source**: connection `{cfg.source.conn_id}`, tables {', '.join(f'`{t}`' for t in cfg.source.tables)}\n"
         f"* **snapshot**: chunks of {cfg.snapshot.chunk_size} rows, at most {cfg.snapshot.max_active_chunks} at once\n"
-        f"* **stream**: mode `{stream.get('mode', 'available_now')}`, startup `{stream.get('startup', 'initial')}`\n"
-        f"* **sink**: `{sink.get('type', 'parquet')}` {sink.get('path') or sink.get('conn_id') or '(default path)'}\n"
+        f"* **stream**: mode `{cfg.stream.mode}`, startup `{cfg.stream.startup}`\n"
+        f"* **sink**: `{sink.type}` {getattr(sink, 'path', None) or getattr(sink, 'conn_id', None) or '(default path)'}\n"
         f"* defined in `{cfg.path}`\n\n"
         "Re-snapshot a table: trigger with conf `{\"resnapshot\": [\"db.table\"]}`. "
         "Check the sink: `airflow-cdc verify <this yaml>`."
@@ -83,16 +77,16 @@ def build_dag(path: str | Path):
     cfg = load_config(path)
     config = str(Path(path).resolve())
     spark = spark_kwargs(cfg)
-    connect_conn_id = cfg.section("spark").get("connect_conn_id")  # opt-in: chunk tasks and available_now streams
+    connect_conn_id = cfg.spark.connect_conn_id  # opt-in: chunk tasks and available_now streams
     with DAG(
         dag_id=cfg.dag_id,
-        description=cfg.raw.get("description"),
-        schedule=cfg.raw.get("schedule"),
+        description=cfg.description,
+        schedule=cfg.schedule,
         start_date=DEFAULT_START,
         catchup=False,
         max_active_runs=1,
         default_args=_default_args(cfg),
-        tags=list(cfg.raw.get("tags") or ["cdc"]),
+        tags=list(cfg.tags),
         doc_md=doc_md(cfg),
         auto_register=False,  # returned to the caller: building twice (loader + error check) registers nothing
     ) as dag:
@@ -106,7 +100,7 @@ def build_dag(path: str | Path):
         collect = CollectWatermarksOperator(task_id="collect_watermarks", config=config, trigger_rule="none_failed")
         retention = BinlogRetentionSensor(task_id="binlog_retention", config=config)
         stream = BinlogStreamOperator(task_id="stream", config=config, connect_conn_id=connect_conn_id,
-                                      deferrable=cfg.section("stream").get("deferrable", True), **spark)
+                                      deferrable=cfg.stream.deferrable, **spark)
         validate >> plan >> snapshot >> collect >> retention >> stream
     return dag
 

@@ -3,16 +3,16 @@
 Airflow 3 runs each task in a fork of its worker's process (LocalExecutor and CeleryExecutor on Linux), and a
 fork starts with every module its parent had imported. With ``spark.connect_conn_id`` a chunk task and the
 ``available_now`` stream task run their job in the task's own process, as a client of the Connect server:
-each imports the Connect client (pandas, pyarrow and grpc with it) and our job code, 0.4-0.6 s on 2 cores
-here, a quarter of a 1M-row chunk task's window. Imported by the worker, the tasks start with it.
+each imports the Connect client (pandas, pyarrow and grpc with it) and our job code, a noticeable part of a
+chunk task (docs/performance.md). Imported by the worker, the tasks start with it.
 
 Use it from ``$AIRFLOW_HOME/config/airflow_local_settings.py``, which every Airflow process imports at its
 start (the scheduler, whose LocalExecutor workers fork from it, a Celery worker, the DAG processor, ...)::
 
     import airflow_cdc_provider.worker_preload  # noqa: F401
 
-Each of those processes then starts ~0.5 s later and holds ~110 MiB more (shared with its forks until they
-write to it). Tasks that spark-submit their job do not need it: their job runs in spark-submit's process.
+Each of those processes then starts a little later and holds the client's memory (shared with its forks until
+they write to it). Tasks that spark-submit their job do not need it: their job runs in spark-submit's process.
 
 Nothing here imports Airflow: the local settings are imported while Airflow's own settings initialise. A
 missing Connect dependency is logged, not raised, so that Airflow still starts; a Connect task names it too.

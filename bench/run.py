@@ -6,7 +6,7 @@
 
 Everything runs on this machine: a private MariaDB (binlog ROW/FULL) with sysbench tables, a private
 PostgreSQL for the JDBC sink, Airflow (SQLite) running the real generated DAG with ``dag.test()``, and Spark
-``local[2]`` as the embedded default. Scenarios (issue 6):
+``local[2]`` as the embedded default. Scenarios:
 
 * snapshot (1M, 5M and 10M rows; 10M is one full chunk task at the default ``snapshot.rows_per_task``, the
   most rows a task's fixed costs are spread over): the snapshot phase of the DAG (validate -> plan -> chunk
@@ -441,7 +441,7 @@ class Bench:
         delays: list[float] = []
         try:
             deadline = time.monotonic() + 900
-            while (state.read_status() or {}).get("state") != "running":
+            while getattr(state.read_status(), "state", None) != "running":
                 if time.monotonic() > deadline or run.proc.poll() is not None:
                     raise RuntimeError(f"continuous stream did not start; see {self.work / f'{db}.log'}")
                 time.sleep(1)

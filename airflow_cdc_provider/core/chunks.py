@@ -51,13 +51,15 @@ class TableId:
 
 @dataclass(frozen=True)
 class Chunk:
-    """One key range of one table. ``start``/``end`` are key tuples (one value per key column) or None."""
+    """One key range of one table. ``start``/``end`` are key tuples (one value per key column) or None;
+    ``epoch`` names the snapshot of the table the chunk belongs to (each re-snapshot is a new epoch)."""
 
     table: TableId
     index: int
     key_columns: tuple[str, ...]
     start: Key | None
     end: Key | None
+    epoch: int = 0
 
     @property
     def split_id(self) -> str:
@@ -80,6 +82,7 @@ class Chunk:
             "key_columns": list(self.key_columns),
             "start": encode_key(self.start),
             "end": encode_key(self.end),
+            "epoch": self.epoch,
         }
 
     @classmethod
@@ -90,11 +93,12 @@ class Chunk:
             key_columns=tuple(data["key_columns"]),
             start=decode_key(data["start"]),
             end=decode_key(data["end"]),
+            epoch=int(data.get("epoch") or 0),
         )
 
 
 class KeyRangeQueries(Protocol):
-    """What the splitter needs to ask the database about one table's chunk key (see mysql/chunk_queries)."""
+    """What the splitter needs to ask the database about one table's chunk key (see source/chunk_queries)."""
 
     def has_more_rows_than(self, n: int) -> bool:
         """Exact, bounded: does the table hold more than ``n`` rows?"""

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from airflow_cdc_provider.core.chunks import TableId
-from airflow_cdc_provider.core.keys import Key, decode_key
-from airflow_cdc_provider.core.offsets import BinlogOffset, EventPosition
+from airflow_cdc_provider.core.keys import Key
+from airflow_cdc_provider.core.offsets import EventPosition
+from airflow_cdc_provider.core.reports import ChunkRange
 
 KeyOrder = Callable[[Key], Any]
 """Maps a key to a value whose Python order equals the database's order of keys."""
@@ -74,29 +75,25 @@ class EmitFilter:
         return info.max_high_watermark if info else None
 
 
-def table_split_info(
-    reports: Sequence[Mapping[str, Any]], key_order: KeyOrder = natural_order
-) -> TableSplitInfo:
-    """Build one table's infos from its chunk reports (the XCom contract: ``start``, ``end``,
-    ``high_watermark``). The reports must cover the table contiguously, from ``start=None`` to ``end=None``."""
-    if not reports:
+def table_split_info(ranges: Sequence[ChunkRange], key_order: KeyOrder = natural_order) -> TableSplitInfo:
+    """One table's infos from its chunk ranges (a report's ``range``, or the seed's compact ones). The ranges
+    must cover the table contiguously, from ``start=None`` to ``end=None``."""
+    if not ranges:
         raise ValueError("no chunk reports given")
-    decoded = [(decode_key(r["start"]), decode_key(r["end"]), r) for r in reports]
-    firsts = [d for d in decoded if d[0] is None]
+    firsts = [r for r in ranges if r.start is None]
     if len(firsts) != 1:
-        raise ValueError(f"chunk reports of {reports[0]['table']} must contain exactly one first chunk")
-    rest = sorted((d for d in decoded if d[0] is not None), key=lambda d: key_order(d[0]))
-    ordered = firsts + rest
-    for (_, prev_end, prev), (start, _, cur) in zip(ordered, ordered[1:]):
-        if prev_end is None or key_order(prev_end) != key_order(start):
+        raise ValueError(f"chunk reports of {ranges[0].table} must contain exactly one first chunk")
+    ordered = firsts + sorted((r for r in ranges if r.start is not None), key=lambda r: key_order(r.start))
+    for prev, cur in zip(ordered, ordered[1:]):
+        if prev.end is None or key_order(prev.end) != key_order(cur.start):
             raise ValueError(
-                f"chunk reports of {cur['table']} are not contiguous: {prev['split_id']} ends at "
-                f"{prev_end!r} but {cur['split_id']} starts at {start!r}; a chunk report is missing"
+                f"chunk reports of {cur.table} are not contiguous: {prev.split_id} ends at "
+                f"{prev.end!r} but {cur.split_id} starts at {cur.start!r}; a chunk report is missing"
             )
-    if ordered[-1][1] is not None:
-        raise ValueError(f"chunk reports of {reports[0]['table']} miss the last chunk")
-    hws = [BinlogOffset.from_dict(r["high_watermark"]).sort_key for _, _, r in ordered]
-    starts = [key_order(s) for s, _, _ in rest]
+    if ordered[-1].end is not None:
+        raise ValueError(f"chunk reports of {ranges[0].table} miss the last chunk")
+    hws = [r.high_watermark.sort_key for r in ordered]
+    starts = [key_order(r.start) for r in ordered[1:]]
     keep = [i for i in range(1, len(hws)) if hws[i] != hws[i - 1]]  # merge runs sharing one HW
     return TableSplitInfo(
         starts=[starts[i - 1] for i in keep],
@@ -106,35 +103,17 @@ def table_split_info(
     )
 
 
-def compact_chunk_infos(reports: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One table's chunk reports, in chunk order, with each run of adjacent chunks that share a high
-    watermark merged into one info (``start`` of the first, ``end`` of the last): what the stream seed keeps
-    per table, so its size follows the number of watermark windows, not of chunks."""
-    out: list[dict[str, Any]] = []
-    for r in sorted(reports, key=lambda r: int(r["index"])):
-        info = {k: r[k] for k in ("table", "split_id", "index", "start", "end", "high_watermark")}
-        if out and out[-1]["high_watermark"] == info["high_watermark"] and out[-1]["end"] == info["start"]:
-            out[-1]["end"] = info["end"]
-            out[-1]["chunks"] += 1
-        else:
-            out.append({**info, "chunks": 1})
-    return out
-
-
 def build_emit_filter(
-    reports: Iterable[Mapping[str, Any]],
+    ranges: Iterable[ChunkRange],
     key_orders: Mapping[str, KeyOrder] | None = None,
     emit_tables_without_snapshot: bool = True,
 ) -> EmitFilter:
-    """Group chunk reports by table and build the filter. ``key_orders`` maps 'db.table' -> KeyOrder."""
-    by_table: dict[str, list[Mapping[str, Any]]] = {}
-    for r in reports:
-        by_table.setdefault(r["table"], []).append(r)
+    """Group chunk ranges by table and build the filter. ``key_orders`` maps 'db.table' -> KeyOrder."""
+    by_table: dict[TableId, list[ChunkRange]] = {}
+    for r in ranges:
+        by_table.setdefault(r.table, []).append(r)
     key_orders = key_orders or {}
     return EmitFilter(
-        {
-            TableId.parse(t): table_split_info(rs, key_orders.get(t, natural_order))
-            for t, rs in by_table.items()
-        },
+        {t: table_split_info(rs, key_orders.get(str(t), natural_order)) for t, rs in by_table.items()},
         emit_tables_without_snapshot=emit_tables_without_snapshot,
     )

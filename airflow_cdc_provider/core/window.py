@@ -1,40 +1,46 @@
-"""Chunk normalization: fold the binlog window ``[LW, HW]`` onto the rows SELECTed for a chunk.
+"""Folding a chunk's binlog window ``[LW, HW)`` onto the rows SELECTed for it.
 
-The SELECT ran somewhere between LW and HW, so a row may be older or newer than HW. Replaying, in binlog
-order, every change of a key inside the chunk that was written in the window yields the chunk as of HW:
-insert/update put the after image, delete removes the key. Changes of keys outside the chunk belong to
-another chunk and are ignored. This is Flink CDC's ``upsertBinlog`` (and the reference for the Spark job,
-which does the same with a keyed anti-join + last image per key).
+The SELECT ran somewhere between LW and HW, so a row may be older or newer than HW. The last change of each
+key inside the chunk that was written in the window is what the key looks like at HW: an insert or update
+puts its after image, a delete removes the key. Changes of keys outside the chunks belong to other chunks
+and are ignored. This is Flink CDC's ``upsertBinlog``. ``window_changes`` picks those last changes (pure);
+the fold itself is ``fold_rows`` for rows in a dict, and a keyed anti-join plus union for rows in Spark
+(``spark.snapshot.fold_window``).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Callable, Iterable, Mapping
 
+from airflow_cdc_provider.core.chunks import Chunk
 from airflow_cdc_provider.core.keys import Key
 from airflow_cdc_provider.core.records import OP_CREATE, OP_DELETE, OP_UPDATE, ChangeRecord
 
+LastChanges = dict[Key, tuple[ChangeRecord, int]]  # key -> (its newest change in the window, its chunk index)
 
-def normalize_chunk(
-    rows: Mapping[Key, Mapping[str, Any]],
-    window: Iterable[ChangeRecord],
-    in_chunk: Callable[[Key], bool],
-) -> tuple[dict[Key, Mapping[str, Any]], int]:
-    """Return the chunk's rows as of the high watermark, and how many window changes were applied.
 
-    ``rows`` maps key -> row from the SELECT; ``window`` yields the table's changes between LW and HW in
-    binlog order; ``in_chunk`` says whether a key lies in this chunk's range (database collation).
-    """
-    result = dict(rows)
-    applied = 0
-    for rec in window:
-        if not in_chunk(rec.key):
-            continue
-        if rec.op in (OP_CREATE, OP_UPDATE):
-            result[rec.key] = rec.after  # type: ignore[assignment]
-        elif rec.op == OP_DELETE:
-            result.pop(rec.key, None)
-        else:
+def window_changes(records: Iterable[ChangeRecord], locate: Callable[[Key], Chunk | None]) -> tuple[LastChanges, Counter]:
+    """The last change of every key inside the window's chunks (``locate``: the chunk holding a key, or None),
+    with its chunk index, and per chunk index how many window changes touched it."""
+    last: LastChanges = {}
+    applied: Counter = Counter()
+    for rec in records:
+        if rec.op not in (OP_CREATE, OP_UPDATE, OP_DELETE):
             raise ValueError(f"unexpected op {rec.op!r} in a binlog window")
-        applied += 1
-    return result, applied
+        chunk = locate(rec.key)
+        if chunk is not None:
+            last[rec.key] = (rec, chunk.index)
+            applied[chunk.index] += 1
+    return last, applied
+
+
+def fold_rows(rows: Mapping[Key, Mapping[str, Any]], last: LastChanges) -> dict[Key, Mapping[str, Any]]:
+    """``rows`` (key -> row, as SELECTed) as of the high watermark."""
+    result = dict(rows)
+    for key, (rec, _) in last.items():
+        if rec.op == OP_DELETE:
+            result.pop(key, None)
+        else:
+            result[key] = rec.after  # type: ignore[assignment]
+    return result

@@ -6,8 +6,10 @@ from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator
 
+from airflow_cdc_provider.core.reports import ChunkReport
 from airflow_cdc_provider.pipeline.collect import collect_watermarks
 from airflow_cdc_provider.pipeline.resolve import load_pipeline
+from airflow_cdc_provider.state.records import TablePlan
 
 
 class CollectWatermarksOperator(BaseOperator):
@@ -33,13 +35,14 @@ class CollectWatermarksOperator(BaseOperator):
         from airflow_cdc_provider.pipeline.collect import MissingChunkReports
 
         ti = context["ti"]
-        plan = ti.xcom_pull(task_ids=self.plan_task_id, key="plan") or {}
+        plan = {t: TablePlan.from_dict(p) for t, p in (ti.xcom_pull(task_ids=self.plan_task_id, key="plan") or {}).items()}
         pulled = ti.xcom_pull(task_ids=self.snapshot_task_id, map_indexes=None) if plan else []
-        reports = [r for item in (pulled or []) if item for r in (item if isinstance(item, list) else [item])]
+        reports = [ChunkReport.from_dict(r) for item in (pulled or []) if item
+                   for r in (item if isinstance(item, list) else [item])]
         p = load_pipeline(self.config)
         try:
-            seed = collect_watermarks(p.state, p.sink, p.secrets, plan, reports)
+            seed = collect_watermarks(p.state, p.open_sink(), plan, reports)
         except MissingChunkReports as exc:
             raise AirflowFailException(str(exc)) from None
-        self.log.info("stream seed: start %s, %d table(s)", seed["start"], len(seed["tables"]))
-        return {"start": seed["start"], "tables": sorted(seed["tables"]), "snapshotted": sorted(plan)}
+        self.log.info("stream seed: start %s, %d table(s)", seed.start, len(seed.tables))
+        return {"start": seed.start.to_dict(), "tables": sorted(seed.tables), "snapshotted": sorted(plan)}

@@ -1,11 +1,10 @@
 """The task process's heap, kept out of Python's garbage collections while one of our operators runs.
 
-A task process holds Airflow, the parsed DAG and the providers (680k tracked objects under ``dag.test()``
-here), and every full collection walks them all: 0.4-0.6 s each here. What a task allocates sets off such
-collections at points of its own choosing: reading back the chunk reports of a 1219-chunk task, building its
-job spec, or the Spark Connect client's import (pandas included) and job set-up (a 594-chunk task on
-Connect: import 1.06 s -> 0.44 s, set-up 0.58 s -> 0.05 s). ``gc.freeze`` moves what the process holds out
-of the collector's sight; the objects a task makes itself are still collected as usual.
+A task process holds Airflow, the parsed DAG and the providers (hundreds of thousands of tracked objects), and
+every full collection walks them all. What a task allocates sets off such collections at points of its own
+choosing: reading back the chunk reports of a task of a thousand chunks, building its job spec, or the Spark
+Connect client's import (pandas included) and job set-up. ``gc.freeze`` moves what the process holds out of
+the collector's sight; the objects a task makes itself are still collected as usual (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ def frozen_heap() -> Iterator[Callable[[], None]]:
     were, with ours added.
 
     Inside another ``frozen_heap`` the process's heap is frozen by definition, so it is not counted again:
-    ``gc.get_freeze_count`` walks every frozen object (27 ms for a task process's 680k here)."""
+    ``gc.get_freeze_count`` walks every frozen object."""
     global _depth
     frozen_before = _depth > 0 or gc.get_freeze_count() > 0
     gc.freeze()

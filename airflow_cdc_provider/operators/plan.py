@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator
 
+from airflow_cdc_provider.core.chunks import ChunkTask
 from airflow_cdc_provider.pipeline.plan import plan_chunks
 from airflow_cdc_provider.pipeline.resolve import load_pipeline
 from airflow_cdc_provider.source.validation import SourceValidationError
+from airflow_cdc_provider.state.records import TablePlan
 
 
 class ValidateSourceOperator(BaseOperator):
@@ -83,8 +86,8 @@ class PlanChunksOperator(BaseOperator):
         todo = [s for s in plan.schemas if needs_snapshot(s)]
         epoch = int(time.time() * 1000)
         chunks, tasks = plan.chunks, plan.tasks
-        per_table = {str(s.table): {"epoch": epoch, "chunks": sum(1 for c in chunks if c.table == s.table)} for s in todo}
-        context["ti"].xcom_push(key="plan", value=per_table)
+        per_table = {str(s.table): TablePlan(epoch, sum(1 for c in chunks if c.table == s.table)) for s in todo}
+        context["ti"].xcom_push(key="plan", value={t: p.to_dict() for t, p in per_table.items()})
         self.log.info("snapshot of %d table(s) in %d chunk(s), %d task(s); already finished: %s",
                       len(todo), len(chunks), len(tasks), sorted(set(finished) - set(per_table)) or "none")
-        return [{"label": t.label, "chunks": [{**c.to_dict(), "epoch": epoch} for c in t.chunks]} for t in tasks]
+        return [ChunkTask([replace(c, epoch=epoch) for c in t.chunks]).to_dict() for t in tasks]

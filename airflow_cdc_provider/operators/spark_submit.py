@@ -14,6 +14,7 @@ jobs wherever the Spark connection points, without assuming the driver shares th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -21,10 +22,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+from airflow_cdc_provider.compat import spark_provider
+from airflow_cdc_provider.hooks.spark_job import SparkJobHook
+from airflow_cdc_provider.operators.frozen_heap import frozen_heap
 from airflow_cdc_provider.pipeline.jobspec import SECRETS_ENV, SECRETS_FILE_ENV, write_secrets_file
 from airflow_cdc_provider.spark.launch.class_archive import ClassArchive
 from airflow_cdc_provider.spark.launch.package import package_archive
@@ -32,11 +36,11 @@ from airflow_cdc_provider.spark.launch.python_launcher import python_launcher
 from airflow_cdc_provider.spark.launch.target import DRIVER_JAVA_OPTIONS, PYTHON_RUNNER, SparkTarget
 from airflow_cdc_provider.spark.session import default_jars, with_driver_conf
 from airflow_cdc_provider.spark_jobs import application_path
+from airflow_cdc_provider.state.records import StreamLaunch
 
 # A chunk job is a batch: on a local master its driver JVM also runs the Spark tasks, and HotSpot's throughput
-# collector reads and writes a window faster there than the default G1 (5M-row chunk tasks on 2 cores: window
-# 9.07 -> 8.25 s, task 11.84 -> 10.95 s, means of 4 alternating DAG runs each). The stream job keeps G1: a
-# continuous stream wants G1's short pauses more than throughput.
+# collector reads and writes a window faster there than the default G1 (docs/performance.md). The stream job
+# keeps G1: a continuous stream wants G1's short pauses more than throughput.
 THROUGHPUT_GC = "-XX:+IgnoreUnrecognizedVMOptions -XX:+UseParallelGC"
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
@@ -81,7 +85,7 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
     """Base of the operators that submit ``spark_jobs/<job>.py``; not meant to be used directly.
 
     ``class_archive`` (default True): a driver started on this machine maps a JVM class archive of its job
-    (see ``airflow_cdc_provider.spark.launch.class_archive``), which saves ~3 s of JVM start per job; False starts it plain.
+    (see ``spark.launch.class_archive``), which shortens the JVM's start; False starts it plain.
     A ``batch_job`` on a local master runs with the throughput collector (``THROUGHPUT_GC``) unless
     ``spark.driver.extraJavaOptions`` picks a collector.
     """
@@ -89,7 +93,7 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
     job: str = ""
     batch_job: bool = False
 
-    def __init__(self, *, class_archive: bool = True, **kwargs: Any) -> None:
+    def __init__(self, *, class_archive: bool = True, connect_conn_id: str | None = None, **kwargs: Any) -> None:
         chosen = kwargs.get("env_vars") or {}
         self._python_chosen = "PYSPARK_PYTHON" in chosen or "PYSPARK_DRIVER_PYTHON" in chosen
         super().__init__(application=application_path(self.job), **spark_submit_defaults(kwargs))
@@ -98,18 +102,19 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
         self._secrets_file: Path | None = None
         self._archive: ClassArchive | None = None
         self._archive_options = ""
+        self.connect_conn_id = connect_conn_id
+        self._connect_session = None
 
     def spark_target(self) -> SparkTarget:
         """The master and deploy mode the Spark connection (plus our arguments) resolves to."""
-        conn = self._get_hook()._connection
-        return SparkTarget(conn["master"], conn.get("deploy_mode") or "client", conn.get("rest_endpoint"))
+        return SparkJobHook.target_of(self)
 
     def configure_job(self, pipeline, spec_path: str, detached: bool = False) -> SparkTarget:
         """Point this operator at ``job`` with ``spec_path`` for the resolved target; then ``submit``, or, for
         a ``detached`` launch (which maps a class archive but never dumps one), call ``release_secrets`` once
         the job has read them."""
         target = self.spark_target()
-        self._hook = None  # execute() builds a new hook from the settings below
+        spark_provider.forget_submit_hook(self)  # the hook is built from the settings below
         if isinstance(self.conf, dict) or self.conf is None:  # not a template string
             self.conf = with_driver_conf(self.conf)
         if not target.cluster_mode:
@@ -122,7 +127,7 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
             # the driver starts on some worker: it fetches the application from the state store
             self.application = (archive.as_uri() if pipeline.state.storage.is_local
                                 else pipeline.state.upload(archive, f"dist/{archive.name}"))
-            self._java_class = PYTHON_RUNNER
+            spark_provider.set_main_class(self, PYTHON_RUNNER)
             self._add_driver_java_options(DRIVER_JAVA_OPTIONS)
             self.application_args = [archive.name, "", self.job, "--spec", spec_path]
             env = dict(self.env_vars or {})
@@ -150,6 +155,7 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
         this operator's."""
         started = time.monotonic()
         try:
+            SparkJobHook.of_operator(self, self._process_env)  # the hook execute() runs the job with
             super().execute(context)
         except BaseException:
             if self._archive:
@@ -168,22 +174,22 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
             self.conf = {**self.conf, JAVA_OPTIONS: ClassArchive.without_options(self.conf[JAVA_OPTIONS])}
         if not self.class_archive:
             return
-        archive = ClassArchive.for_job(self.job, self._spark_binary or "spark-submit", self.env_vars,
+        archive = ClassArchive.for_job(self.job, spark_provider.spark_binary(self) or "spark-submit", self.env_vars,
                                        str((self.conf or {}).get("spark.driver.extraClassPath", "")))
         if archive is None or (detached and not archive.path.exists()):
             return
         options = archive.java_options()
         if ClassArchive.dumps(options):
-            self.log.info("this job's JVM dumps a class archive when it exits (once per machine, ~10 s): "
-                          "later %s jobs start ~3 s sooner", self.job)
+            self.log.info("this job's JVM dumps a class archive when it exits (once per machine, a few seconds): "
+                          "later %s jobs start sooner", self.job)
         self._archive, self._archive_options = archive, options
         if options:
             self._add_driver_java_options(options)
 
     def _use_python_launcher(self, target: SparkTarget) -> None:
         """The driver (and, on a local master, the workers and planners) start through the Python launcher
-        (``airflow_cdc_provider.spark.launch.python_launcher``): PySpark imported with its cached bytecode, ~0.7 s less per
-        Python process Spark starts. Not when the DAG chose its own Python (``env_vars``)."""
+        (``spark.launch.python_launcher``): PySpark imported with its cached bytecode instead of compiled again in
+        every Python process Spark starts. Not when the DAG chose its own Python (``env_vars``)."""
         if self._python_chosen:
             return
         launcher = python_launcher()
@@ -205,13 +211,34 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
         current = self._driver_java_options()
         self.conf = {**(self.conf or {}), JAVA_OPTIONS: f"{current} {options}" if current else options}
 
+    def launch_detached(self, log_path: Path, launch_id: str, target: SparkTarget) -> StreamLaunch:
+        """Start the configured job without waiting for it (``SparkJobHook.launch``)."""
+        return SparkJobHook.of_operator(self, self._process_env).launch(self.application, log_path, launch_id, target)
+
+    # -- Spark Connect (opt-in) ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def connect_job(self, pipeline, ship_package: bool, what: str) -> Iterator[Any]:
+        """A new session of the ``connect_conn_id`` server for one job attempt, with this task's ``conf``;
+        ``on_kill`` interrupts its Spark jobs while it is open. ``ship_package``: the server's Python workers
+        run our code, so the package archive goes to the session."""
+        artifacts = [str(package_archive(pipeline.state.local_dir("dist")))] if ship_package else []
+        # the operators' execute already runs frozen (with_frozen_heap); nested, this one only adds ``freeze``
+        # for the client's modules, which the session imports
+        with frozen_heap() as freeze, SparkJobHook.connect_session(self.connect_conn_id, self.conf, artifacts,
+                                                                  what, self.log, on_open=freeze) as spark:
+            self._connect_session = spark
+            try:
+                yield spark
+            finally:
+                self._connect_session = None
+
+    def on_kill(self) -> None:
+        if self._connect_session is not None:  # on Connect the server stops the session's jobs; execute() ends
+            self._connect_session.interruptAll()
+        else:
+            super().on_kill()
+
     def release_secrets(self) -> None:
         remove_secrets_file(self._secrets_file)
         self._secrets_file = None
         self._process_env = {}
-
-    def _get_hook(self):
-        hook = super()._get_hook()
-        if self._process_env:  # standalone cluster mode: spark-submit's own environment, see module doc
-            hook._env = {**(hook._env or {}), **self._process_env}
-        return hook

@@ -17,11 +17,14 @@ from __future__ import annotations
 import json
 import os
 import stat
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from airflow_cdc_provider.core.chunks import Chunk, TableId
+from airflow_cdc_provider.pipeline.config import StreamConfig
+from airflow_cdc_provider.sinks.base import SinkConfig
 from airflow_cdc_provider.source.settings import ConnectionSettings
 
 SECRETS_ENV = "AIRFLOW_CDC_SECRETS"
@@ -48,29 +51,49 @@ def connection_fields(settings: ConnectionSettings) -> dict[str, Any]:
     }
 
 
+ChunkKey = str | list[str] | None  # a configured chunk key (column or columns), None for the primary key
+
+
 @dataclass
 class JobSpec:
+    """What one Spark job (a chunk task's or the stream's) works on. One JSON form: ``to_json`` / ``from_json``."""
+
     pipeline: str
-    source: dict[str, Any]
-    tables: dict[str, dict[str, Any]]  # 'db.t' -> {"chunk_key": ...}
-    sink: dict[str, Any]
+    source: ConnectionSettings  # without its password (``source_settings`` adds it from the secrets)
+    tables: dict[str, ChunkKey]  # 'db.t' -> its configured chunk key
+    sink: SinkConfig
     state_path: str
     server_id: int
-    chunks: list[dict[str, Any]] = field(default_factory=list)  # snapshot jobs: chunk dicts + index/epoch
-    stream: dict[str, Any] = field(default_factory=dict)
+    chunks: list[Chunk] = field(default_factory=list)  # snapshot jobs: the task's chunks, in order
+    stream: StreamConfig = field(default_factory=StreamConfig)
+    launch_id: str | None = None  # stream jobs: written into every status, so a status is known to be this job's
     read_partitions: int | None = None
     fault: dict[str, Any] | None = None
 
+    def chunk_key(self, table: TableId | str) -> ChunkKey:
+        return self.tables.get(str(table))
+
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1, sort_keys=True)
+        return json.dumps({
+            "pipeline": self.pipeline, "source": connection_fields(self.source), "tables": self.tables,
+            "sink": self.sink.to_dict(), "state_path": self.state_path, "server_id": self.server_id,
+            "chunks": [c.to_dict() for c in self.chunks], "stream": self.stream.to_dict(),
+            "launch_id": self.launch_id, "read_partitions": self.read_partitions, "fault": self.fault,
+        }, indent=1, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str, where: str = "job spec") -> "JobSpec":
         try:
             data = json.loads(text)
-            return cls(**data)
-        except (json.JSONDecodeError, TypeError) as exc:
-            raise JobSpecError(f"{where}: not a valid job spec ({exc})") from None
+            return cls(
+                pipeline=data["pipeline"], source=settings_from_fields(data["source"], None),
+                tables=dict(data["tables"]), sink=SinkConfig.from_dict(data["sink"]), state_path=data["state_path"],
+                server_id=int(data["server_id"]), chunks=[Chunk.from_dict(c) for c in data.get("chunks") or []],
+                stream=StreamConfig.from_dict(data.get("stream") or {}), launch_id=data.get("launch_id"),
+                read_partitions=data.get("read_partitions"), fault=data.get("fault"),
+            )
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise JobSpecError(f"{where}: not a valid job spec ({type(exc).__name__}: {exc})") from None
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> "JobSpec":
@@ -87,6 +110,7 @@ class JobSpec:
         return cls.from_json(text, where=where)
 
     def write(self, path: str | os.PathLike[str]) -> Path:
+        """Write the spec to a local file atomically (tests and tools; operators use the state store)."""
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_name(p.name + ".tmp")
@@ -95,17 +119,13 @@ class JobSpec:
         return p
 
     def source_settings(self, secrets: dict[str, str]) -> ConnectionSettings:
-        s = self.source
-        return ConnectionSettings.from_fields(
-            conn_type="mysql",
-            host=s["host"],
-            port=s.get("port"),
-            login=s.get("login"),
-            password=secrets.get("source_password"),
-            schema=s.get("schema"),
-            extra=s.get("extra"),
-            conn_id=s.get("conn_id"),
-        )
+        return replace(self.source, password=secrets.get("source_password") or "")
+
+
+def settings_from_fields(fields: dict[str, Any], password: str | None) -> ConnectionSettings:
+    return ConnectionSettings.from_fields(
+        conn_type="mysql", host=fields["host"], port=fields.get("port"), login=fields.get("login"), password=password,
+        schema=fields.get("schema"), extra=fields.get("extra"), conn_id=fields.get("conn_id"))
 
 
 def load_secrets() -> dict[str, str]:

@@ -13,11 +13,11 @@ from airflow_cdc_provider.pipeline.resolve import load_pipeline
 
 def resume_offset(state) -> BinlogOffset | None:
     """Where the stream continues: its last committed offset, else the seed's start."""
-    status = state.read_status() or {}
-    if status.get("last_offset"):
-        return BinlogOffset.from_dict(status["last_offset"])
+    status = state.read_status()
+    if status is not None and status.last_offset is not None:
+        return status.last_offset
     seed = state.read_seed()
-    return BinlogOffset.from_dict(seed["start"]) if seed else None
+    return seed.start if seed else None
 
 
 class BinlogRetentionSensor(BaseSensorOperator):
@@ -37,7 +37,7 @@ class BinlogRetentionSensor(BaseSensorOperator):
 
         p = load_pipeline(self.config)
         start = resume_offset(p.state)
-        if start is None or (p.stream.get("startup") or "initial") != "initial" and not p.state.read_status():
+        if start is None or p.stream.startup != "initial" and not p.state.read_status():
             return True
         hook = MySqlCdcHook(p.config.source.conn_id, settings=p.source)
         files = hook.binlog_files()

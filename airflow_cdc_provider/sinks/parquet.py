@@ -1,4 +1,4 @@
-"""Parquet sink layout (DMS-style): per table a ``snapshot/`` and a ``changes/`` directory.
+"""The parquet sink (the embedded default), DMS-style: per table a ``snapshot/`` and a ``changes/`` directory.
 
 ::
 
@@ -29,9 +29,14 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Literal
 
-from airflow_cdc_provider.state.storage import Storage
+from airflow_cdc_provider.sinks.base import CHUNK_COLUMN, Hook, Sink, SinkConfig, SinkError, Version
+from airflow_cdc_provider.sinks.registry import register_sink
+from airflow_cdc_provider.spark.frames import col, cols, latest_per_key, meta_ddl
+from airflow_cdc_provider.state.storage import Storage, StorageError
 from airflow_cdc_provider.state.store import table_dir_name
 
 
@@ -49,8 +54,6 @@ class ParquetLayout:
 
     def __init__(self, path: str | None) -> None:
         if not path:
-            from airflow_cdc_provider.sinks import SinkError
-
             raise SinkError("sink.path is required for the parquet sink")
         self.uri = path
         self.storage = Storage(path, key="sink.path")
@@ -123,3 +126,170 @@ class ParquetLayout:
 
     def has_changes(self, table: str) -> bool:
         return any(n.startswith("batch=") for n in self.storage.listdir(self.changes_dir(table)))
+
+
+@dataclass(kw_only=True)
+class ParquetSinkSettings:
+    """``sink:`` of a parquet pipeline."""
+
+    __pydantic_config__ = {"extra": "forbid"}
+    type: Literal["parquet"] = "parquet"
+    path: str | None = None  # default: <data home>/<dag_id>/sink
+
+
+@register_sink
+class ParquetSink(Sink):
+    """Snapshot windows are staged: the rows are written once, between the watermarks (the write is what
+    forces the read), and published by a rename under their version; a window is rewritten only when its
+    binlog window changed some of its keys. All chunks of a window share one version (the window's HW), so it
+    lives in the path (Hive-style partition values ``_cdc_file_seq=/_cdc_pos=/_cdc_row=``), which Spark and
+    pyarrow readers turn back into columns; ``_cdc_chunk`` in the files names each row's chunk."""
+
+    type = "parquet"
+    settings = ParquetSinkSettings
+
+    def __init__(self, config: SinkConfig, secrets, spark=None) -> None:
+        super().__init__(config, secrets, spark)
+        self.layout = ParquetLayout(config.path)
+
+    @classmethod
+    def resolve(cls, settings: ParquetSinkSettings, data_dir: Path) -> tuple[SinkConfig, dict[str, str]]:
+        return SinkConfig(type=cls.type, path=settings.path or str(data_dir / "sink")), {}
+
+    def check_writable(self) -> list[str]:
+        try:
+            self.layout.storage.ensure_writable("sink path")
+        except StorageError as exc:
+            return [str(exc)]
+        return []
+
+    def describe(self) -> str:
+        return f"parquet sink at {self.config.path}"
+
+    def finish_snapshot(self, table: str, epoch: int, min_low_watermark: Version) -> None:
+        self.layout.write_current(table, epoch, min_low_watermark)
+
+    def prepare(self, types) -> None:
+        from pyspark.sql.types import StructType
+
+        self.layout.write_schema(str(types.schema.table), StructType.fromDDL(types.spark_ddl).json())
+
+    # -- snapshot windows ---------------------------------------------------------------------------------
+    def open_window(self, rows, types, epoch: int, indexes: list[int], low_watermark: Version,
+                    retried: set[int]) -> "StagedWindow":
+        return StagedWindow(self, rows, types, epoch, indexes)
+
+    @staticmethod
+    def _snapshot_rows(df):
+        from pyspark.sql import functions as F
+
+        return df.select(*[col(c) for c in df.columns if c != CHUNK_COLUMN], F.lit("r").alias("_cdc_op"),
+                         F.lit(0).cast("bigint").alias("_cdc_ts_ms"), F.col(CHUNK_COLUMN).alias("_cdc_chunk"))
+
+    def _write_rows(self, df, table: str) -> str:
+        """Write a window's rows (data columns and ``CHUNK_COLUMN``) to a new staging directory (returned)."""
+        staging = self.layout.staging_dir(table)
+        self._snapshot_rows(df).write.mode("overwrite").parquet(self.layout.location(staging))
+        return staging
+
+    def _parquet_files(self, staging: str) -> list[str]:
+        return [f"{staging}/{n}" for n in self.layout.storage.listdir(staging) if n.endswith(".parquet")]
+
+    def _staged_counts(self, staging: str) -> dict[int, int]:
+        """Rows per chunk, from the staged files' ``_cdc_chunk`` column alone (batch by batch: bounded memory)."""
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        counts: dict[int, int] = {}
+        for rel in self._parquet_files(staging):
+            with self.layout.storage.open(rel) as f:
+                for batch in pq.ParquetFile(f).iter_batches(columns=["_cdc_chunk"], batch_size=1 << 20):
+                    for vc in pc.value_counts(batch.column(0)).to_pylist():
+                        counts[vc["values"]] = counts.get(vc["values"], 0) + vc["counts"]
+        return counts
+
+    def _read_staged(self, staging: str, types):
+        """The staged rows as data columns and ``CHUNK_COLUMN`` (for folding the window's changes in)."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+        schema = StructType([*StructType.fromDDL(types.spark_ddl).fields, StructField("_cdc_op", StringType()),
+                             StructField("_cdc_ts_ms", LongType()), StructField("_cdc_chunk", IntegerType())])
+        if not self._parquet_files(staging):
+            empty = self.spark.createDataFrame([], schema)
+            return empty.drop("_cdc_op", "_cdc_ts_ms").withColumnRenamed("_cdc_chunk", CHUNK_COLUMN)
+        df = self.spark.read.schema(schema).parquet(self.layout.location(staging))
+        return df.select(*[col(f.name) for f in schema.fields[:-3]], F.col("_cdc_chunk").alias(CHUNK_COLUMN))
+
+    def _publish_window(self, staging: str, table: str, epoch: int, indexes: list[int], version: Version,
+                        folded, mid_write: Hook) -> list[int]:
+        """Rewrite the window from ``folded`` if its binlog window changed it, then rename it into
+        ``chunks=<first>-<last>/<version path>``, replacing every directory an earlier attempt wrote for any of
+        these chunks (``ParquetLayout.publish_window``)."""
+        rewritten = self._write_rows(folded, table) if folded is not None else None
+        mid_write()
+        wrapper = self.layout.staging_dir(table)
+        self.layout.storage.rename(rewritten or staging, f"{wrapper}/{self.layout.version_path(version)}")
+        lost = self.layout.publish_window(wrapper, table, epoch, min(indexes), max(indexes))
+        if rewritten is not None:
+            self.layout.storage.rmtree(staging)
+        return lost
+
+    # -- stream batches ------------------------------------------------------------------------------------
+    def write_changes(self, df, types, batch_id: int, mid_write: Hook, rows: Callable[[], int]) -> None:
+        """A batch with no rows publishes nothing."""
+        table = str(types.schema.table)
+        staging = self.layout.staging_dir(table)
+        df.write.mode("overwrite").parquet(self.layout.location(staging))
+        mid_write()
+        if rows():
+            self.layout.publish(staging, self.layout.batch_dir(table, batch_id))
+        else:
+            self.layout.storage.rmtree(staging)
+
+    def current_state(self, types, include_meta: bool = False):
+        """Rows of the current snapshot epoch + newer changes; newest version per key; deletes dropped."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import StructType
+
+        table = str(types.schema.table)
+        schema = StructType.fromDDL(types.spark_ddl + ", " + meta_ddl())
+        parts = []
+        current = self.layout.read_current(table)
+        if current:
+            d = self.layout.epoch_dir(table, current["epoch"])
+            parts.append(self.spark.read.schema(schema).parquet(self.layout.location(d)).select(*cols(schema.fieldNames())))
+        if self.layout.has_changes(table):
+            ch = self.spark.read.schema(schema).parquet(self.layout.location(self.layout.changes_dir(table)))
+            if current:
+                s, p, r = current["min_low_watermark"]
+                ch = ch.filter(
+                    (F.col("_cdc_file_seq") > s)
+                    | ((F.col("_cdc_file_seq") == s) & ((F.col("_cdc_pos") > p) | ((F.col("_cdc_pos") == p) & (F.col("_cdc_row") > r))))
+                )
+            parts.append(ch.select(*cols(schema.fieldNames())))
+        if not parts:
+            names = schema.fieldNames() if include_meta else types.schema.column_names
+            return self.spark.createDataFrame([], schema).select(*cols(names))
+        df = parts[0]
+        for p in parts[1:]:
+            df = df.unionByName(p)
+        df = latest_per_key(df, types.schema.key_columns).filter(F.col("_cdc_op") != "d")
+        return df if include_meta else df.select(*cols(types.schema.column_names))
+
+
+class StagedWindow:
+    """A parquet window: staged (written once, which forces the read) when opened, published by a rename."""
+
+    def __init__(self, sink: ParquetSink, rows, types, epoch: int, indexes: list[int]) -> None:
+        self.sink, self.types, self.epoch, self.indexes = sink, types, epoch, indexes
+        self.table = str(types.schema.table)
+        self.staging = sink._write_rows(rows, self.table)
+        self.counts = sink._staged_counts(self.staging)
+
+    def rows(self):
+        return self.sink._read_staged(self.staging, self.types)
+
+    def publish(self, folded, version: Version, mid_write: Hook) -> list[int]:
+        return self.sink._publish_window(self.staging, self.table, self.epoch, self.indexes, version, folded,
+                                         mid_write)

@@ -1,7 +1,7 @@
-"""PostgreSQL mirror tables: the ``jdbc`` sink's SQL, and the versioned upsert used by Spark executors.
+"""The ``jdbc`` sink: PostgreSQL mirror tables, their SQL, and the versioned upsert the Spark executors run.
 
 Per source table ``db.t`` a mirror table ``<sink.schema>."db__t"`` with the source's columns (types from
-``mysql.types``), the metadata columns, ``_cdc_deleted`` (tombstone) and ``_cdc_chunk`` (the snapshot chunk
+``sinks.types``), the metadata columns, ``_cdc_deleted`` (tombstone) and ``_cdc_chunk`` (the snapshot chunk
 that wrote the row, to clean up after a retried chunk). Primary key: the source key.
 
 Upserts apply only when the incoming version is newer::
@@ -18,9 +18,24 @@ The dialect is small on purpose: a MySQL/MariaDB target needs ``INSERT ... ON DU
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
 
-from airflow_cdc_provider.sinks import META_COLUMNS, VERSION_COLUMNS, SinkConfig, SinkError
+from airflow_cdc_provider.pipeline.connections import resolve_fields
+from airflow_cdc_provider.sinks.base import (
+    CHUNK_COLUMN,
+    META_COLUMNS,
+    META_NAMES,
+    VERSION_COLUMNS,
+    Hook,
+    Sink,
+    SinkConfig,
+    SinkError,
+    Version,
+)
+from airflow_cdc_provider.sinks.registry import register_sink
+from airflow_cdc_provider.spark.frames import col, latest_per_key, with_meta
 
 META_PG_TYPES = {"string": "text", "bigint": "bigint", "int": "integer"}
 PG_IDENTIFIER_MAX = 63
@@ -160,3 +175,146 @@ class PostgresMirror:
                 tuple(min_low_watermark),
             )
             return cur.rowcount
+
+
+@dataclass(kw_only=True)
+class JdbcSinkSettings:
+    """``sink:`` of a pipeline writing to PostgreSQL."""
+
+    __pydantic_config__ = {"extra": "forbid"}
+    type: Literal["jdbc"] = "jdbc"
+    conn_id: str  # an Airflow postgres connection
+    schema: str = "public"  # the PostgreSQL schema of the mirror tables
+
+
+@register_sink
+class PostgresSink(Sink):
+    """Versioned upserts need the HW, so a snapshot window's rows are cached while it is read and written once
+    the HW is known (``CachedWindow``); stream batches are upserted as they come (newest version per key)."""
+
+    type = "jdbc"
+    settings = JdbcSinkSettings
+    writes_from_executors = True  # the versioned upserts run in the executors' Python
+
+    def __init__(self, config: SinkConfig, secrets, spark=None) -> None:
+        super().__init__(config, secrets, spark)
+        self.mirror = PostgresMirror(config, self.secrets)
+
+    @classmethod
+    def resolve(cls, settings: JdbcSinkSettings, data_dir: Path) -> tuple[SinkConfig, dict[str, str]]:
+        fields = resolve_fields(settings.conn_id, example="postgresql://user:password@host:5432/db")
+        password = fields.pop("password", None)
+        conn = {"conn_id": settings.conn_id, **{k: v for k, v in fields.items() if k != "conn_type"}}
+        return SinkConfig(type=cls.type, conn=conn, schema=settings.schema), ({"sink_password": password} if password else {})
+
+    def describe(self) -> str:
+        c = self.config.conn
+        return f"jdbc sink {c.get('host')}:{c.get('port')}/{c.get('schema')} schema {self.config.schema}"
+
+    def finish_snapshot(self, table: str, epoch: int, min_low_watermark: Version) -> None:
+        self.mirror.sweep_stale(table, min_low_watermark)
+
+    def prepare(self, types) -> None:
+        columns = [(c.name, t.postgres) for c, t in zip(types.schema.columns, types.types, strict=True)]
+        self.mirror.ensure_table(str(types.schema.table), columns, types.schema.key_columns)
+
+    def open_window(self, rows, types, epoch: int, indexes: list[int], low_watermark: Version,
+                    retried: set[int]) -> "CachedWindow":
+        return CachedWindow(self, rows, types, epoch, indexes, low_watermark, retried)
+
+    def _upsert(self, df, types, chunk_tag) -> None:
+        """``chunk_tag``: a Spark column naming each row's snapshot chunk (``epoch:index``), or None."""
+        from pyspark.sql import functions as F
+
+        table = str(types.schema.table)
+        data_cols = types.schema.column_names
+        keys = list(types.schema.key_columns)
+        # Spark hands TimestampType to Python as local wall clock; as timestamp_ntz in the UTC session zone
+        # it is the UTC wall clock, which PostgreSQL (session zone UTC) stores as the right instant.
+        data = []
+        for c, t in zip(types.schema.columns, types.types, strict=True):
+            ref = col(c.name)
+            data.append((ref.cast("timestamp_ntz") if t.spark == "timestamp" else ref).alias(c.name))
+        out = df.select(
+            *data, *[F.col(n) for n in META_NAMES],
+            (F.col("_cdc_op") == "d").alias("_cdc_deleted"),
+            (F.lit(None) if chunk_tag is None else chunk_tag).cast("string").alias("_cdc_chunk"),
+        )
+        mirror = self.mirror
+
+        def write_partition(batches):
+            import pyarrow as pa
+
+            rows = (row for b in batches for row in zip(*(c.to_pylist() for c in b.columns)))
+            yield pa.RecordBatch.from_pydict({"rows": [mirror.upsert(table, data_cols, keys, rows)]})
+
+        # a DataFrame action (not foreachPartition, an RDD's), so an observation of ``df`` sees it; rows reach
+        # Python as Arrow columns, by position (mapInArrow refers to columns by name, unquoted)
+        out.toDF(*[f"c{i}" for i in range(len(out.columns))]).mapInArrow(write_partition, "rows bigint").collect()
+
+    def write_changes(self, df, types, batch_id: int, mid_write: Hook, rows: Callable[[], int]) -> None:
+        """``rows`` is not needed: an upsert of no rows changes nothing."""
+        self._upsert(latest_per_key(df, types.schema.key_columns), types, None)
+        mid_write()
+
+    def jdbc_url(self) -> str:
+        c = self.config.conn
+        return f"jdbc:postgresql://{c.get('host')}:{int(c.get('port') or 5432)}/{c.get('schema') or 'postgres'}"
+
+    def current_state(self, types, include_meta: bool = False):
+        from pyspark.sql import functions as F
+
+        exprs = []
+        for c, t in zip(types.schema.columns, types.types, strict=True):
+            q = pg_ident(c.name)
+            if t.postgres.startswith("timestamptz"):
+                e = f"({q} AT TIME ZONE 'UTC')::text"
+            elif t.postgres.startswith(("timestamp", "date")) or (t.postgres.startswith("numeric") and t.spark == "string"):
+                e = f"{q}::text"
+            else:
+                e = q
+            exprs.append(f"{e} AS {pg_ident(c.name)}")
+        if include_meta:
+            exprs += [pg_ident(n) for n in META_NAMES]
+        query = (f"(SELECT {', '.join(exprs)} FROM {self.mirror.qualified(str(types.schema.table))} "
+                 'WHERE NOT "_cdc_deleted") AS m')
+        df = self.spark.read.jdbc(self.jdbc_url(), query, properties={
+            "user": self.config.conn.get("login") or "", "password": self.mirror.password,
+            "driver": "org.postgresql.Driver"})
+        out = [col(c.name).cast(t.spark).alias(c.name) for c, t in zip(types.schema.columns, types.types, strict=True)]
+        if include_meta:
+            out += [F.col(n) for n in META_NAMES]
+        return df.select(*out)
+
+
+class CachedWindow:
+    """A jdbc window: its rows cached and counted when opened (which forces the read), upserted with the
+    window's version when published; rows an earlier attempt of a retried chunk wrote and this one did not
+    (deleted meanwhile) are swept."""
+
+    def __init__(self, sink: PostgresSink, rows, types, epoch: int, indexes: list[int], low_watermark: Version,
+                 retried: set[int]) -> None:
+        from pyspark import StorageLevel
+
+        from airflow_cdc_provider.spark.frames import chunk_counts
+
+        self.sink, self.types, self.epoch = sink, types, epoch
+        self.low_watermark, self.retried = low_watermark, retried
+        self.df = rows.persist(StorageLevel.MEMORY_AND_DISK)
+        self.counts = {indexes[0]: self.df.count()} if len(indexes) == 1 else chunk_counts(self.df)
+
+    def rows(self):
+        return self.df
+
+    def publish(self, folded, version: Version, mid_write: Hook) -> list[int]:
+        from pyspark.sql import functions as F
+
+        rows = folded if folded is not None else self.df
+        tag = F.concat(F.lit(f"{self.epoch}:"), F.col(CHUNK_COLUMN).cast("string"))
+        self.sink._upsert(with_meta(rows, "r", 0, version), self.types, tag)
+        mid_write()
+        table = str(self.types.schema.table)
+        for index in sorted(self.retried):
+            self.sink.mirror.sweep_chunk(table, f"{self.epoch}:{index}", self.low_watermark)
+        self.df.unpersist()
+        return []

@@ -29,6 +29,7 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import FormatDescriptionEvent, MariadbGtidEvent, QueryEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from airflow_cdc_provider.compat import replication
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.offsets import BinlogOffset
 from airflow_cdc_provider.core.records import ChangeRecord, records_from_row_event
@@ -117,19 +118,20 @@ class TableChangeReader:
 
 
 class BinlogEvents:
-    """The events of one replication stream; ``log_file`` is the file of the event last yielded."""
+    """The events of one replication stream; ``log_file`` is the file of the event last yielded.
+    ``library_stream`` is the library's ``BinLogStreamReader`` (not started until iterated)."""
 
     def __init__(self, stream: BinLogStreamReader) -> None:
-        self._stream = stream
+        self.library_stream = stream
 
     @property
     def log_file(self) -> str:
-        return self._stream.log_file
+        return self.library_stream.log_file
 
     def __iter__(self) -> Iterator[Any]:
-        for event in self._stream:
+        for event in self.library_stream:
             if isinstance(event, FormatDescriptionEvent):
-                self._stream.table_map.clear()  # a new file: table ids may name other tables from here on
+                self.library_stream.table_map.clear()  # a new file: table ids may name other tables from here on
                 continue
             yield event
 
@@ -142,6 +144,7 @@ def open_stream(
     schemas: Mapping[TableId, TableSchema],
     blocking: bool = False,
 ) -> Iterator[BinlogEvents]:
+    replication.check_supported()  # before the first connection, not deep inside a read
     stream = BinLogStreamReader(
         connection_settings=settings.replication_kwargs(),
         server_id=server_id,
@@ -184,7 +187,7 @@ def read_changes_between(
         from airflow_cdc_provider.source.binlog_packets import PacketReader
 
         with open_stream(settings, server_id, start, schemas) as stream:
-            yield from PacketReader(stream._stream, reader, start.file).changes(stop_key)
+            yield from PacketReader(stream.library_stream, reader, start.file).changes(stop_key)
         return
     with open_stream(settings, server_id, start, schemas) as stream:
         for event in stream:

@@ -10,7 +10,8 @@ captured table is decoded from its bytes by the table's plan.
 The library still does what is rare or intricate: it opens the connection (checksum, MariaDB capabilities,
 ``COM_BINLOG_DUMP``), parses each FORMAT_DESCRIPTION and each new TABLE_MAP of a captured table (column
 types and FULL metadata), and decodes any row event the plan cannot (``TableChangeReader``'s fallback). The
-packet is handed to it untouched, exactly as its own loop would.
+packet is handed to it untouched, exactly as its own loop would. What of the library is not public is reached
+through ``replication.py`` only.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from typing import Any, Iterator
 
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.constants import BINLOG
-from pymysqlreplication.packet import BinLogPacketWrapper
 
+from airflow_cdc_provider.compat import replication
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.offsets import split_binlog_file
 from airflow_cdc_provider.core.records import ChangeRecord
@@ -66,20 +67,6 @@ class PacketReader:
         self.post_header: bytes | list[int] = b""
 
     # -- the library, for what is rare ----------------------------------------------------------------
-    def _library(self, packet: Any) -> Any:
-        """The library's event of this packet, made exactly as its ``fetchone`` makes it."""
-        s = self.stream
-        wrapper = BinLogPacketWrapper(
-            packet, s.table_map, s._ctl_connection, s.mysql_version, s._BinLogStreamReader__use_checksum,
-            s._BinLogStreamReader__allowed_events_in_packet, s._BinLogStreamReader__only_tables,
-            s._BinLogStreamReader__ignored_tables, s._BinLogStreamReader__only_schemas,
-            s._BinLogStreamReader__ignored_schemas, s._BinLogStreamReader__freeze_schema,
-            s._BinLogStreamReader__ignore_decode_errors, s._BinLogStreamReader__verify_checksum,
-            s._BinLogStreamReader__optional_meta_data, s._BinLogStreamReader__enable_logging,
-            s._BinLogStreamReader__use_column_name_cache, s._BinLogStreamReader__post_header_lengths,
-        )
-        return wrapper.event
-
     def _new_file(self) -> None:
         """Table ids may name other tables from here on (a server restart starts a new file)."""
         self.tables.clear()
@@ -87,7 +74,7 @@ class PacketReader:
 
     def _table_map(self, packet: Any, table_id: int) -> TableId | None:
         """A table id seen for the first time in this file: the library parses its TABLE_MAP (once)."""
-        event = self._library(packet)
+        event = replication.library_event(self.stream, packet)
         if event is None:  # a table the library's schema/table filters leave out
             return None
         table = TableId(event.schema, event.table)
@@ -99,18 +86,15 @@ class PacketReader:
     # -- the loop ---------------------------------------------------------------------------------------
     def changes(self, stop_key: tuple[int, int]) -> Iterator[ChangeRecord]:
         s = self.stream
-        if not s._BinLogStreamReader__connected_stream:  # as the library's fetchone connects
-            s._BinLogStreamReader__connect_to_stream()
-        if not s._BinLogStreamReader__connected_ctl:  # (the stream's connect may have opened it already)
-            s._BinLogStreamReader__connect_to_ctl()
-        checksum = 4 if s._BinLogStreamReader__use_checksum else 0
-        conn = s._stream_connection
+        replication.connect(s)
+        checksum = 4 if replication.uses_checksum(s) else 0
+        read, packet_bytes = replication.packet_reader(s), replication.packet_bytes
         seq = split_binlog_file(self.file)[1]
         while True:
-            packet = conn._read_packet()
+            packet = read()
             if packet.is_eof_packet():
                 return
-            data = packet._data
+            data = packet_bytes(packet)
             if data[0] != 0:
                 continue
             timestamp, kind, _, size, next_pos, _ = _HEADER.unpack_from(data, 1)
@@ -122,10 +106,11 @@ class PacketReader:
                 continue
             if kind == BINLOG.FORMAT_DESCRIPTION_EVENT:
                 self._new_file()
-                event = self._library(packet)
+                event = replication.library_event(s, packet)
                 if event is not None:
                     s.mysql_version = event.mysql_version
-                    s._BinLogStreamReader__post_header_lengths = self.post_header = event.post_header_len
+                    self.post_header = event.post_header_len
+                    replication.set_post_header_lengths(s, self.post_header)
                 continue
             if kind in _NOT_A_PLACE or not next_pos:
                 continue
@@ -147,7 +132,7 @@ class PacketReader:
                 continue
             records = self._compiled(data, kind, row_kind, table_id, table, next_pos - size, timestamp, checksum)
             if records is None:  # the library decodes it
-                event = self._library(packet)
+                event = replication.library_event(s, packet)
                 records = self.reader.records(event, self.file) if event is not None else ()
             yield from records
 

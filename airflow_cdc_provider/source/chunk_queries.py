@@ -1,4 +1,5 @@
-"""The database side of the chunk splitter (``core.chunks.KeyRangeQueries``) for one table.
+"""The database side of chunks: the splitter's queries (``core.chunks.KeyRangeQueries``) for one table, and
+the SELECT of a chunk's rows.
 
 Every query walks the chunk key's index in key order and compares in the database, so string keys follow
 the column collation and BIGINT UNSIGNED keys above 2**63 stay exact (bound as Python ints).
@@ -11,7 +12,7 @@ from typing import Any
 from airflow_cdc_provider.core.chunks import Chunk, SplitOptions, split_table
 from airflow_cdc_provider.core.keys import Key
 from airflow_cdc_provider.source.schema import TableSchema
-from airflow_cdc_provider.source.sql import compare, order_by, quote_ident, quote_table
+from airflow_cdc_provider.source.sql import compare, order_by, quote_ident, quote_table, range_predicate
 
 
 class MySQLKeyRangeQueries:
@@ -64,6 +65,13 @@ class MySQLKeyRangeQueries:
         where, params = compare(self._cols, ">", key)
         row = self._one(f"SELECT {self._select_key} FROM {self._t} WHERE {where} ORDER BY {self._order} LIMIT 1", params)
         return tuple(row) if row else None
+
+
+def select_chunk_sql(schema: TableSchema, chunk: Chunk) -> tuple[str, list[Any]]:
+    """The SELECT of a chunk's rows: every column, the key range as the WHERE clause, no lock, no ORDER BY."""
+    where, params = range_predicate(schema.key_columns, chunk.start, chunk.end)
+    cols = ", ".join(quote_ident(c) for c in schema.column_names)
+    return f"SELECT {cols} FROM {quote_table(schema.table)} WHERE {where}", params
 
 
 def split_schema(conn: Any, schema: TableSchema, options: SplitOptions) -> list[Chunk]:

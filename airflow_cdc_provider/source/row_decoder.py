@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 
 from pymysqlreplication.constants import BINLOG, FIELD_TYPE
 
+from airflow_cdc_provider.compat import replication
 from airflow_cdc_provider.source.schema import TableSchema, enum_values
 from airflow_cdc_provider.source.values import RowCanonicalizer
 
@@ -285,14 +286,12 @@ class RowDecoder:
             return False
         if getattr(event, "columns_present_bitmap2", self.all_present) != self.all_present:
             return False
-        return not event.packet._BinLogPacketWrapper__data_buffer
+        return replication.row_body(event) is not None
 
     def images(self, event: Any) -> list[dict[str, Any]]:
-        """Every row image of the event's body, in order (an update's before and after alternate)."""
-        wrapper = event.packet
-        packet = wrapper.packet
-        pos = packet._position
-        return self.images_between(packet._data, pos, pos + event.event_size - wrapper.read_bytes)
+        """Every row image of the event's body, in order (an update's before and after alternate); for an event
+        ``readable`` accepted."""
+        return self.images_between(*replication.row_body(event))
 
     def images_between(self, data: bytes, pos: int, end: int) -> list[dict[str, Any]]:
         out = []

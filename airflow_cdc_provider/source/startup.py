@@ -67,20 +67,17 @@ def _scan(settings: ConnectionSettings, server_id: int, first: BinlogOffset, *, 
     return None
 
 
-def resolve_startup(spec: Any, settings: ConnectionSettings, conn: Any) -> dict[str, Any]:
-    mode = spec.stream.get("startup") or "initial"
-    server_id = spec.server_id
+def resolve_startup(mode: str | dict[str, Any], settings: ConnectionSettings, conn: Any, server_id: int,
+                    seed_start: BinlogOffset | None, state_path: str) -> dict[str, Any]:
+    """The stream's first offset for ``stream.startup`` ``mode``; ``seed_start`` is the stream seed's start
+    (``initial``), ``server_id`` the replica id a GTID or timestamp scan reads with."""
     if mode == "initial":
-        from airflow_cdc_provider.state.store import StateStore
-
-        seed = StateStore(spec.state_path).read_seed()
-        if not seed:
+        if seed_start is None:
             raise StartupError(
-                f"stream.startup is 'initial' but the state store {spec.state_path} has no stream seed: run the "
+                f"stream.startup is 'initial' but the state store {state_path} has no stream seed: run the "
                 "snapshot (plan -> chunks -> collect_watermarks) first, or set stream.startup to latest"
             )
-        s = seed["start"]
-        return _offset(s["file"], s["pos"], s.get("gtid"))
+        return _offset(seed_start.file, seed_start.pos, seed_start.gtid)
     if mode == "latest":
         o = current_offset(conn)
         return _offset(o.file, o.pos, o.gtid)

@@ -17,7 +17,7 @@ empty SET   ''                     None (none_source 'empty     ''
 empty BLOB  b''                    '' (str)                     b''
 ==========  =====================  ===========================  ==================================
 
-Everything else already agrees, as measured on MariaDB 10.11 (see tests/integration/test_type_fidelity.py):
+Everything else already agrees on MariaDB 10.11 (tests/component/test_type_fidelity.py checks every type):
 TINYINT..BIGINT signed and unsigned (BIGINT UNSIGNED max included), DECIMAL(65,30) as ``Decimal``, DOUBLE,
 CHAR/VARCHAR/TEXT (utf8mb4, emoji) as ``str``, VARBINARY/BLOB as ``bytes``, DATE, DATETIME(0..6) as naive
 ``datetime``, TIME (negative and fractional) as ``timedelta``, YEAR as ``int``, ENUM as ``str``, JSON as its

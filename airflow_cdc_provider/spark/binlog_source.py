@@ -2,7 +2,7 @@
 
 Offsets are binlog positions at transaction boundaries (``{"file", "pos", "gtid", "ts_ms", "behind"}``).
 The driver plans each micro-batch without decoding anything (``mysql/segments.py``): ``latestOffset`` ends
-the batch at a transaction boundary about ``max_batch_bytes`` of binlog after its start (or at the server's
+the batch at a transaction boundary about ``stream.max_batch_bytes`` of binlog after its start (or at the server's
 current position, or at the ``available_now`` target), and ``partitions`` cuts the batch into segments that
 also start at transaction boundaries, about equal in bytes, one per Spark task (``read_partitions``,
 default: the application's default parallelism). Each task decodes its segment through its own replica
@@ -33,10 +33,6 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, Sup
 # The change's metadata in these columns, then one struct column per captured table (``source_schema``).
 META_SCHEMA = "table string, op string, ts_ms bigint, file_seq bigint, pos bigint, row int"
 META_WIDTH = 6
-DEFAULT_MAX_BATCH_BYTES = 64 * 2**20
-DEFAULT_RECONNECT_SECONDS = 300
-# A segment smaller than this is not split further: each costs a replica connection and a Python worker's setup.
-MIN_SEGMENT_BYTES = 4 * 2**20
 
 
 def image_column(index: int) -> str:
@@ -80,17 +76,18 @@ _ARROW_AS_IS = ("ByteType", "ShortType", "IntegerType", "LongType", "FloatType",
 
 def arrow_batches(rows: list[list], schema, batch_rows: int = 10_000) -> list | None:
     """``rows`` (the source's schema ``schema``, a ``StructType``) as Arrow record batches, built column by
-    column: Spark's generic path converts every value of every row in Python, which measured about 15% of
-    a segment's read. None when a value does not fit its Arrow type as is; Spark's path then converts them."""
+    column: Spark's generic path converts every value of every row in Python, a sizeable part of a segment's
+    read. None when a value does not fit its Arrow type as is; Spark's path then converts them."""
     import pyarrow as pa
-    from pyspark.sql.conversion import LocalDataToArrowConversion
     from pyspark.sql.pandas.types import to_arrow_schema
+
+    from airflow_cdc_provider.compat.pyspark_internals import arrow_converter
 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")  # what Spark's path builds and checks against
 
     def column(values, field, arrow_type):
         if type(field.dataType).__name__ not in _ARROW_AS_IS:
-            convert = LocalDataToArrowConversion._create_converter(field.dataType)
+            convert = arrow_converter(field.dataType)
             values = [convert(v) for v in values]
         return pa.array(values, type=arrow_type)
 
@@ -123,10 +120,11 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.spec = JobSpec.from_json(spec_json)
         self.columns = {name: META_WIDTH + i for i, name in enumerate(tables)}  # table -> its image column
         self.settings = self.spec.source_settings(secrets)
-        self.max_bytes = int(self.spec.stream.get("max_batch_bytes") or DEFAULT_MAX_BATCH_BYTES)
-        self.parallelism = max(1, int(self.spec.stream.get("read_partitions") or partitions or 1))
-        self.min_segment = int(self.spec.stream.get("min_segment_bytes") or MIN_SEGMENT_BYTES)
-        self.reconnect_timeout = float(self.spec.stream.get("reconnect_timeout") or DEFAULT_RECONNECT_SECONDS)
+        stream = self.spec.stream
+        self.max_bytes = stream.max_batch_bytes
+        self.parallelism = max(1, int(stream.read_partitions or partitions or 1))
+        self.min_segment = stream.min_segment_bytes
+        self.reconnect_timeout = float(stream.reconnect_timeout)
         self._target: dict[str, Any] | None = None
         self._ready = False
 
@@ -145,26 +143,24 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         self.conn = pymysql.connect(**self.settings.pymysql_kwargs())
         self.schemas = {}
-        for name, opts in self.spec.tables.items():
+        for name, chunk_key in self.spec.tables.items():
             t = TableId.parse(name)
-            self.schemas[t] = load_schema(self.conn, t, (opts or {}).get("chunk_key"))
+            self.schemas[t] = load_schema(self.conn, t, chunk_key)
         self.types = {t: TableSinkTypes.of(s) for t, s in self.schemas.items()}
         self.orders = {t: DatabaseKeyOrder(self.conn, s) for t, s in self.schemas.items()}
-        seed = StateStore(self.spec.state_path).read_seed() or {}
-        reports = []
+        self.seed = StateStore(self.spec.state_path).read_seed()
+        ranges = []
         orders = {}
-        for name, info in (seed.get("tables") or {}).items():
+        for name, table_seed in (self.seed.tables if self.seed else {}).items():
             t = TableId.parse(name)
             if t not in self.schemas:
                 continue
             order = self.orders[t]
             if order.needs_database:
-                from airflow_cdc_provider.core.keys import decode_key
-
-                order.prefetch([decode_key(r["start"]) for r in info["chunks"] if r["start"] is not None])
+                order.prefetch([r.start for r in table_seed.chunks if r.start is not None])
                 orders[name] = order
-            reports += info["chunks"]
-        self.filter = build_emit_filter(reports, orders)
+            ranges += table_seed.chunks
+        self.filter = build_emit_filter(ranges, orders)
         self._ready = True
 
     def _server_offset(self) -> dict[str, Any]:
@@ -210,7 +206,8 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         def initial() -> dict:
             self._setup()
-            return resolve_startup(self.spec, self.settings, self.conn)
+            return resolve_startup(self.spec.stream.startup, self.settings, self.conn, self.spec.server_id,
+                                   self.seed.start if self.seed else None, self.spec.state_path)
 
         return self._reconnecting("initial offset", initial)
 
@@ -286,8 +283,7 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         self._setup()
         # A segment decodes into a few hundred thousand small objects without reference cycles; the cyclic
-        # garbage collector would walk them again and again while they pile up (6-9% of the decode, measured
-        # on 60k sysbench changes in one process).
+        # garbage collector would walk them again and again while they pile up.
         collecting = gc.isenabled()
         gc.disable()
         try:
@@ -345,18 +341,15 @@ def source_class_with(secrets: dict[str, str]) -> type:
 def register_source(spark, secrets: dict[str, str]) -> None:
     """Register the source, with ``secrets``, in this session. On a classic session, first tell Spark there
     are no other Python data sources to look for: its first registration otherwise starts a Python process
-    that imports every installed ``pyspark_*`` module it finds (1.2 s of a stream job's start here), and
+    that imports every installed ``pyspark_*`` module it finds (a good part of a stream job's start), and
     this application reads no source but ours. Left alone when that lookup already ran, on Spark Connect
     (the server's, once per server), and on a Spark without this internal (the lookup then runs as usual)."""
+    from airflow_cdc_provider.compat.pyspark_internals import skip_python_data_source_lookup
     from airflow_cdc_provider.spark.session import is_connect
 
     if not is_connect(spark):
         try:
-            jvm = spark.sparkContext._jvm
-            manager = getattr(getattr(jvm, "org.apache.spark.sql.execution.datasources.DataSourceManager$"), "MODULE$")
-            if manager.dataSourceBuilders().isEmpty():
-                empty = getattr(getattr(jvm, "scala.collection.immutable.Map$"), "MODULE$").empty()
-                getattr(manager, "dataSourceBuilders_$eq")(jvm.scala.Some(empty))
+            skip_python_data_source_lookup(spark)
         except Exception as exc:  # py4j: the internal is gone or changed; the lookup costs time, nothing else
             import logging
 

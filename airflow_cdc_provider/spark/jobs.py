@@ -67,10 +67,10 @@ def snapshot_main(argv: list[str] | None = None) -> int:
 
     def run(spark, spec, secrets) -> int:
         reports = run_snapshot(spark, spec, secrets)
-        print(json.dumps({"chunks": len(reports), "rows": sum(r["rows"] for r in reports)}))
+        print(json.dumps({"chunks": len(reports), "rows": sum(r.rows for r in reports)}))
         return 0
 
-    first = lambda spec: spec.chunks[0]["split_id"] if spec.chunks else ""  # noqa: E731
+    first = lambda spec: spec.chunks[0].split_id if spec.chunks else ""  # noqa: E731
     return _run(argv, "snapshot_chunk.py", lambda spec: f"airflow-cdc {spec.pipeline} snapshot {first(spec)}", run)
 
 

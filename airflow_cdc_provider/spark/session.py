@@ -17,6 +17,8 @@ import socket
 from typing import Any, Mapping
 from urllib.parse import urlparse
 
+from airflow_cdc_provider.compat import pyspark_internals
+
 log = logging.getLogger("airflow_cdc.session")
 
 MARIADB_JAR = "/usr/share/java/mariadb-java-client.jar"
@@ -33,8 +35,7 @@ BASE_CONF = {
 
 # Settings of the driver our jobs start (spark-submit, in-process sessions); a job's own ``spark.conf`` wins.
 # Spark's mllib jar registers a session extension found on the class path (ServiceLoader), its internal ML
-# functions, and registering them starts Scala reflection: 1.1-1.5 s of every session's start here
-# (SparkSession.builder.getOrCreate() 1.16-1.53 s -> 0.07 s, measured in spark-submits of a minimal job).
+# functions, and registering them starts Scala reflection, most of a session's start (docs/performance.md).
 # Our jobs call none of them; extensions named in ``spark.sql.extensions`` (Delta, Iceberg, ...) still load.
 # A static setting: it cannot be set on a running server's session (Spark Connect).
 DRIVER_CONF = {"spark.sql.extensions.test.loadFromCp": "false"}
@@ -58,6 +59,7 @@ def with_driver_conf(conf: Mapping[str, Any] | None) -> dict[str, Any]:
 def spark_session(app_name: str, master: str | None = None, conf: Mapping[str, Any] | None = None):
     from pyspark.sql import SparkSession
 
+    pyspark_internals.check_supported()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Under spark-submit the driver is started by the JVM's PythonRunner, which hands it the gateway port;
     # SparkConf() cannot tell before the gateway is up (it would see no spark.master and we would run local).
@@ -79,20 +81,15 @@ def stop_session(spark) -> None:
     """``spark.stop()`` without waiting for PySpark's accumulator server to notice it.
 
     ``SparkContext.stop()`` ends with ``shutdown()`` of the driver's accumulator server, which waits for its
-    thread; that thread sits in a handler polling the JVM's connection with a 1 s timeout, so every job's
-    exit waited up to a second (0.9 s for a stream job after its batches, measured in 200k-change catch-ups
-    here: the stop took 0.91-0.92 s, 0.12-0.18 s this way). After the JVM context is stopped no update can
+    thread; that thread sits in a handler polling the JVM's connection with a one-second timeout, so every
+    job's exit waited up to a second. After the JVM context is stopped no update can
     come; the server is told to stop and its socket closed, and its daemon thread ends at its next poll."""
-    sc = None if is_connect(spark) else spark.sparkContext
-    server = getattr(sc, "_accumulatorServer", None)  # pyspark-internal: without it, a plain stop()
-    if server is not None:
-        sc._accumulatorServer = None
+    server = None if is_connect(spark) else pyspark_internals.detach_accumulator_server(spark.sparkContext)
     try:
         spark.stop()
     finally:
         if server is not None:
-            server.server_shutdown = True
-            server.server_close()
+            pyspark_internals.close_accumulator_server(server)
 
 
 def is_connect(spark) -> bool:
@@ -115,8 +112,8 @@ def default_parallelism(spark) -> int:
     from pyspark.sql import functions as F
 
     probe = spark.range(0, 1 << 16)
-    explain = getattr(probe, "_explain_string", None)  # pyspark-internal: the fallback covers its absence
-    m = re.search(r"Range \(0, 65536, step=1, splits=(\d+)\)", explain(extended=False)) if explain else None
+    plan = pyspark_internals.plan_text(probe)
+    m = re.search(r"Range \(0, 65536, step=1, splits=(\d+)\)", plan) if plan else None
     if m:
         return int(m.group(1))
     return int(probe.select(F.spark_partition_id().alias("p")).agg(F.max("p")).first()[0]) + 1
@@ -145,6 +142,7 @@ def connect_session(url: str, conf: Mapping[str, Any] | None = None, artifacts: 
     put back when the session ends."""
     from pyspark.sql import SparkSession
 
+    pyspark_internals.check_supported()
     check_reachable(url)
     saved = {k: os.environ.get(k) for k in _CONNECT_ENV}
     try:

@@ -1,4 +1,4 @@
-"""The chunk snapshot job: the DBLog / Flink CDC 2.0 watermark read of the chunks of one table.
+"""The chunk snapshot job on Spark: the watermark read (``pipeline.chunk_window``) of a task's chunks.
 
 The chunks a task holds are consecutive, so they are read together in one watermark window (their union is
 one key range; the algorithm holds for any key range read between its watermarks). One window instead of one
@@ -6,20 +6,17 @@ per chunk is what makes a task cost about as much as a plain JDBC reload of the 
 spread over all cores, one sink write, one binlog window read. Each chunk still gets its own report (same
 LW/HW), sink directory or tag, and emit-filter entry.
 
-1. ``LW`` = binlog position now;
-2. SELECT the window's rows with Spark JDBC (integer keys: ``partitions`` even key sub-ranges over the whole
-   window, each row tagged with its chunk by a comparison tree on the chunk bounds; other keys: one read per
-   chunk). Spark is lazy and the read must happen *between* the watermarks, so it is forced: the parquet
-   sink writes the rows straight to staging (each row is written once), the jdbc sink persists and counts
-   them (its versioned upserts need the HW);
-3. ``HW`` = binlog position now;
-4. if ``HW > LW``: read the binlog window ``[LW, HW)`` of this table on the driver, keep the changes of keys
-   inside the window's chunks, and fold them in Spark: keyed anti-join removes every changed key from the
-   SELECTed rows, a union adds back the last image of each key that is not deleted. Chunk rows never reach
-   the driver; only the window's changed keys do;
-5. give the rows version ``HW`` in the sink (parquet: publish the staged window under its version, rewritten
-   only if the binlog window changed it; jdbc: versioned upserts), then one report per chunk to the state
-   store (one file for the window).
+What Spark does in the window's steps:
+
+* SELECT: Spark JDBC (integer keys: ``partitions`` even key sub-ranges over the whole window, each row tagged
+  with its chunk by one SQL expression on the chunk bounds; other keys: one read per chunk). Spark is lazy and
+  the read must happen *between* the watermarks, so the sink's ``open_window`` forces it (parquet stages the
+  rows, each written once; jdbc caches and counts them, its versioned upserts need the HW);
+* fold: the window's changed keys (only they reach the driver) are removed from the rows by a keyed
+  anti-join, and the last image of each that still exists is added back by a union;
+* publish: the rows get version ``HW`` in the sink (parquet: the staged window renamed under its version,
+  rewritten only if the binlog window changed it; jdbc: versioned upserts), then one report per chunk goes to
+  the state store (one file for the window).
 
 A window's ``.started`` marker in the state store tells a retry that an earlier attempt may have written part
 of its chunks; the JDBC sink then removes rows that attempt wrote and this one did not (deleted meanwhile).
@@ -31,27 +28,28 @@ import contextlib
 import logging
 import math
 import time
-from collections import Counter
 from typing import Any
 
-from airflow_cdc_provider.core.chunks import Chunk, TableId, chunk_locator
+from airflow_cdc_provider.core.chunks import Chunk, TableId
 from airflow_cdc_provider.core.keys import Key
-from airflow_cdc_provider.core.records import OP_DELETE, ChangeRecord
+from airflow_cdc_provider.core.offsets import BinlogOffset
+from airflow_cdc_provider.core.records import OP_DELETE
+from airflow_cdc_provider.core.reports import ChunkReport
+from airflow_cdc_provider.core.window import LastChanges
+from airflow_cdc_provider.pipeline.chunk_window import chunk_reports, read_window
 from airflow_cdc_provider.pipeline.faults import FaultSwitch
 from airflow_cdc_provider.pipeline.jobspec import JobSpec
-from airflow_cdc_provider.sinks import SinkConfig
+from airflow_cdc_provider.sinks.base import CHUNK_COLUMN
+from airflow_cdc_provider.sinks.registry import open_sink
 from airflow_cdc_provider.sinks.types import TableSinkTypes
-from airflow_cdc_provider.source.binlog import read_changes_between
-from airflow_cdc_provider.source.chunk_reader import chunk_report_base
 from airflow_cdc_provider.source.connection import connect
 from airflow_cdc_provider.source.key_order import DatabaseKeyOrder
 from airflow_cdc_provider.source.schema import TableSchema, load_schema
-from airflow_cdc_provider.source.server import current_offset, server_info
+from airflow_cdc_provider.source.server import server_info
 from airflow_cdc_provider.source.sql import quote_ident, quote_table, range_predicate
-from airflow_cdc_provider.spark.columns import quoted
+from airflow_cdc_provider.spark.frames import chunk_counts, quoted
 from airflow_cdc_provider.spark.jdbc_read import read_key_ranges
 from airflow_cdc_provider.spark.session import default_parallelism
-from airflow_cdc_provider.spark.sinks import CHUNK_COLUMN, spark_sink, with_meta
 from airflow_cdc_provider.state.store import StateStore
 
 log = logging.getLogger("airflow_cdc.snapshot")
@@ -131,24 +129,7 @@ def read_window_rows(spark, conn, settings, schema: TableSchema, types: TableSin
     return df
 
 
-def chunk_counts(df) -> dict[int, int]:
-    return {r[0]: r[1] for r in df.groupBy(CHUNK_COLUMN).count().collect()}
-
-
-def window_changes(records: list[ChangeRecord], locate) -> tuple[dict[Key, tuple[ChangeRecord, int]], Counter]:
-    """The last change of every key inside the window with its chunk index, and per chunk index how many
-    window changes touched it."""
-    last: dict[Key, tuple[ChangeRecord, int]] = {}
-    applied: Counter = Counter()
-    for rec in records:
-        chunk = locate(rec.key)
-        if chunk is not None:
-            last[rec.key] = (rec, chunk.index)
-            applied[chunk.index] += 1
-    return last, applied
-
-
-def fold_window(spark, rows_df, types: TableSinkTypes, last: dict[Key, tuple[ChangeRecord, int]]):
+def fold_window(spark, rows_df, types: TableSinkTypes, last: LastChanges):
     """Spark: rows without the changed keys, plus the last image of each changed key that still exists."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import IntegerType, StructField, StructType
@@ -167,17 +148,17 @@ def fold_window(spark, rows_df, types: TableSinkTypes, last: dict[Key, tuple[Cha
     return kept.unionByName(spark.createDataFrame(upserts, tagged))
 
 
-def windows(chunks: list[Chunk], epochs: list[int], max_chunks: int | None = MAX_CHUNKS_PER_WINDOW) -> list[list[int]]:
-    """Positions of ``chunks`` grouped into watermark windows: runs of consecutive chunks of one epoch, of at
-    most ``max_chunks`` (None: a single-integer key, read as a few even key ranges however many chunks)."""
-    out: list[list[int]] = []
-    for i, (c, e) in enumerate(zip(chunks, epochs, strict=True)):
+def windows(chunks: list[Chunk], max_chunks: int | None = MAX_CHUNKS_PER_WINDOW) -> list[list[Chunk]]:
+    """``chunks`` grouped into watermark windows: runs of consecutive chunks of one epoch, of at most
+    ``max_chunks`` (None: a single-integer key, read as a few even key ranges however many chunks)."""
+    out: list[list[Chunk]] = []
+    for c in chunks:
         prev = out[-1][-1] if out else None
-        if (prev is not None and epochs[prev] == e and chunks[prev].end is not None and chunks[prev].end == c.start
+        if (prev is not None and prev.epoch == c.epoch and prev.end is not None and prev.end == c.start
                 and (max_chunks is None or len(out[-1]) < max_chunks)):
-            out[-1].append(i)
+            out[-1].append(c)
         else:
-            out.append([i])
+            out.append([c])
     return out
 
 
@@ -187,117 +168,76 @@ class SnapshotJob:
         self.spec = spec
         self.settings = spec.source_settings(secrets)
         self.store = StateStore(spec.state_path)
-        self.sink = spark_sink(spark, SinkConfig.from_dict(spec.sink), secrets)
+        self.sink = open_sink(spec.sink, secrets, spark)
         self.faults = FaultSwitch(spec.fault)
         self.partitions = spec.read_partitions or default_parallelism(spark)
 
-    def run(self) -> list[dict[str, Any]]:
+    def run(self) -> list[ChunkReport]:
         """Each table's chunks (a task holds consecutive chunks of one table or several whole small tables, in
         the plan's order), read in watermark windows one after the other, through one source connection."""
-        chunks = [Chunk.from_dict(c) for c in self.spec.chunks]
-        epochs = [int(c["epoch"]) for c in self.spec.chunks]
-        by_table: dict[TableId, list[int]] = {}
-        for i, c in enumerate(chunks):
-            by_table.setdefault(c.table, []).append(i)
+        by_table: dict[TableId, list[Chunk]] = {}
+        for c in self.spec.chunks:
+            by_table.setdefault(c.table, []).append(c)
         reports = []
         with contextlib.closing(connect(self.settings)) as conn:
             info = server_info(conn)
-            for table, positions in by_table.items():
-                reports += self.read_table(conn, info, table, [chunks[i] for i in positions],
-                                           [epochs[i] for i in positions])
+            for table, chunks in by_table.items():
+                reports += self.read_table(conn, info, table, chunks)
         return reports
 
-    def read_table(self, conn, info, table: TableId, chunks: list[Chunk], epochs: list[int]) -> list[dict[str, Any]]:
-        chunk_key = (self.spec.tables.get(str(table)) or {}).get("chunk_key")
-        schema = load_schema(conn, table, chunk_key)
+    def read_table(self, conn, info, table: TableId, chunks: list[Chunk]) -> list[ChunkReport]:
+        schema = load_schema(conn, table, self.spec.chunk_key(table))
         types = TableSinkTypes.of(schema)
         self.sink.prepare(types)
         order = DatabaseKeyOrder(conn, schema)
         reports = []
-        for positions in windows(chunks, epochs, None if schema.single_integer_key else MAX_CHUNKS_PER_WINDOW):
-            reports += self.read_window(conn, info, schema, types, order, [chunks[i] for i in positions],
-                                        epochs[positions[0]])
+        for window in windows(chunks, None if schema.single_integer_key else MAX_CHUNKS_PER_WINDOW):
+            reports += self.read_window(conn, info, schema, types, order, window)
         return reports
 
     def _hit(self, point: str, chunks: list[Chunk]) -> None:
         for c in chunks:
             self.faults.hit(point, c.split_id)
 
-    def read_window(self, conn, info, schema, types, order, chunks: list[Chunk], epoch: int) -> list[dict[str, Any]]:
+    def read_window(self, conn, info, schema, types, order, chunks: list[Chunk]) -> list[ChunkReport]:
         from pyspark import StorageLevel
 
-        table = str(schema.table)
+        table, epoch = str(schema.table), chunks[0].epoch
         indexes = [c.index for c in chunks]
         retried = self.store.mark_window_started(table, epoch, indexes)
         self.store.clear_chunk_reports(table, epoch, indexes)
         t0 = time.monotonic()
 
-        low = current_offset(conn, info)
-        self._hit("after_low_watermark", chunks)
-        rows_df = read_window_rows(self.spark, conn, self.settings, schema, types, chunks, self.partitions)
-        staged = None
-        if self.sink.stages_in_window:  # the staging write forces the read: each row is written once
-            staged = self.sink.stage_window(rows_df, types)
-            counts = self.sink.staged_counts(staged)
-        else:  # persist + count forces the read; the rows are written once the HW is known
-            rows_df = rows_df.persist(StorageLevel.MEMORY_AND_DISK)
-            counts = {chunks[0].index: rows_df.count()} if len(chunks) == 1 else chunk_counts(rows_df)
-        t_select = time.monotonic() - t0
-        self._hit("after_select", chunks)
-        high = current_offset(conn, info)
-        self._hit("after_high_watermark", chunks)
+        def select(low: BinlogOffset):
+            rows = read_window_rows(self.spark, conn, self.settings, schema, types, chunks, self.partitions)
+            return self.sink.open_window(rows, types, epoch, indexes, low.sort_key, retried)
 
-        last: dict[Key, tuple[ChangeRecord, int]] = {}
-        applied: Counter = Counter()
-        if high > low:
-            records = list(read_changes_between(self.settings, self.spec.server_id, low, high, {schema.table: schema}))
-            if order.needs_database:
-                order.prefetch([r.key for r in records] + [k for c in chunks for k in (c.start, c.end) if k is not None])
-            last, applied = window_changes(records, chunk_locator(chunks, order))
-        touched = {index for _, index in last.values()}
+        window, changes = read_window(conn, info, self.settings, self.spec.server_id, schema, order, chunks, select,
+                                      lambda point: self._hit(point, chunks))
+        t_select = time.monotonic() - t0
+        counts = window.counts
+        folded = None
+        if changes.touched:
+            folded = fold_window(self.spark, window.rows(), types, changes.last).persist(StorageLevel.MEMORY_AND_DISK)
+            counts = chunk_counts(folded)
         t_write = time.monotonic()
-        mid_write = lambda: self._hit("mid_sink_write", chunks)  # noqa: E731
-        if staged is not None:
-            folded = None
-            if touched:
-                folded = fold_window(self.spark, self.sink.read_staged(staged, types), types, last)
-                folded = folded.persist(StorageLevel.MEMORY_AND_DISK)
-                counts = chunk_counts(folded)
-            lost = self.sink.publish_window(staged, types, epoch, indexes, high.sort_key, folded, mid_write)
-            for index in lost:  # their rows went with an earlier attempt's differently grouped directory
-                log.warning("%s:%d: its rows were replaced by an overlapping window; its report is dropped so "
-                            "the snapshot cannot finish until it is read again", table, index)
-            if lost:
-                self.store.clear_chunk_reports(table, epoch, lost)
-            if folded is not None:
-                folded.unpersist()
-        else:
-            result = fold_window(self.spark, rows_df, types, last)
-            if touched:
-                result = result.persist(StorageLevel.MEMORY_AND_DISK)
-                counts = chunk_counts(result)
-            self.sink.write_chunks(with_meta(result, "r", 0, high.sort_key), types, epoch, indexes, low.sort_key,
-                                   retried, mid_write)
-            result.unpersist()
-            rows_df.unpersist()
+        lost = window.publish(folded, changes.high.sort_key, lambda: self._hit("mid_sink_write", chunks))
+        for index in lost:  # their rows went with an earlier attempt's differently grouped directory
+            log.warning("%s:%d: its rows were replaced by an overlapping window; its report is dropped so the "
+                        "snapshot cannot finish until it is read again", table, index)
+        if lost:
+            self.store.clear_chunk_reports(table, epoch, lost)
+        if folded is not None:
+            folded.unpersist()
         t_write = time.monotonic() - t_write
-        seconds = round(time.monotonic() - t0, 3)
-        reports = [{
-            **chunk_report_base(chunk),
-            "low_watermark": low.to_dict(),
-            "high_watermark": high.to_dict(),
-            "rows": int(counts.get(chunk.index, 0)),
-            "window_events_applied": applied[chunk.index],
-            "seconds": seconds,
-            "epoch": epoch,
-            "index": chunk.index,
-        } for chunk in chunks]
+        seconds = time.monotonic() - t0
+        reports = chunk_reports(chunks, changes, counts, seconds)
         self.store.write_window_reports(table, epoch, reports)
         log.info("window %s%s: %d rows, %d window changes, %.1fs (select %.1fs, sink write %.1fs)", chunks[0].label,
                  f" (+{len(chunks) - 1} chunks)" if len(chunks) > 1 else "", sum(counts.values()),
-                 sum(applied.values()), seconds, t_select, t_write)
+                 sum(changes.applied.values()), seconds, t_select, t_write)
         return reports
 
 
-def run_snapshot(spark, spec: JobSpec, secrets: dict[str, str]) -> list[dict[str, Any]]:
+def run_snapshot(spark, spec: JobSpec, secrets: dict[str, str]) -> list[ChunkReport]:
     return SnapshotJob(spark, spec, secrets).run()

@@ -25,16 +25,19 @@ import threading
 import time
 from typing import Any
 
+from airflow_cdc_provider.compat import pyspark_internals
 from airflow_cdc_provider.core.chunks import TableId
+from airflow_cdc_provider.core.offsets import BinlogOffset
 from airflow_cdc_provider.pipeline.faults import FaultSwitch
 from airflow_cdc_provider.pipeline.jobspec import JobSpec
-from airflow_cdc_provider.sinks import META_COLUMNS, SinkConfig
+from airflow_cdc_provider.sinks.base import META_COLUMNS
+from airflow_cdc_provider.sinks.registry import open_sink
 from airflow_cdc_provider.sinks.types import TableSinkTypes
 from airflow_cdc_provider.source.connection import connect
 from airflow_cdc_provider.source.schema import load_schema
 from airflow_cdc_provider.spark.binlog_source import image_column, register_source, source_schema
 from airflow_cdc_provider.spark.session import default_parallelism, is_connect
-from airflow_cdc_provider.spark.sinks import spark_sink
+from airflow_cdc_provider.state.records import StreamStatus
 from airflow_cdc_provider.state.store import StateStore
 
 log = logging.getLogger("airflow_cdc.stream")
@@ -78,11 +81,7 @@ class _GracefulStopHook:
 
 
 def _install_stop_hook(spark, job: "StreamJob"):
-    from pyspark.java_gateway import ensure_callback_server_started
-
-    gw = spark.sparkContext._gateway
-    ensure_callback_server_started(gw)
-    jvm = gw.jvm
+    jvm = pyspark_internals.jvm_with_callbacks(spark)
     # A Java Thread around the Python Runnable: a JVM object with a stable identity, so it can be removed again.
     job._stop_hook_target = _GracefulStopHook(job)  # keep the Python side alive as long as the job
     hook = jvm.java.lang.Thread(job._stop_hook_target)
@@ -95,7 +94,7 @@ def _install_stop_hook(spark, job: "StreamJob"):
 def _remove_stop_hook(spark, hook) -> None:
     """After a stop that did not come through the hook: this Python process may be gone when the JVM exits."""
     try:
-        spark.sparkContext._gateway.jvm.org.apache.hadoop.util.ShutdownHookManager.get().removeShutdownHook(hook)
+        pyspark_internals.driver_jvm(spark).org.apache.hadoop.util.ShutdownHookManager.get().removeShutdownHook(hook)
     except Exception as exc:  # IllegalStateException: the JVM is shutting down, the hook is running
         log.debug("shutdown hook not removed: %s", exc)
 
@@ -109,7 +108,7 @@ class BatchWriter:
 
     def __init__(self, spec: JobSpec, secrets: dict[str, str], types: dict[str, TableSinkTypes],
                  image_columns: dict[str, str], publish: bool = False) -> None:
-        self.sink_config = dict(spec.sink)
+        self.sink_config = spec.sink
         self.secrets = secrets
         self.types = types
         self.image_columns = image_columns
@@ -132,7 +131,7 @@ class BatchWriter:
     def __call__(self, batch_df, batch_id: int) -> None:
         t0 = time.monotonic()
         if self._sink is None:
-            self._sink = spark_sink(batch_df.sparkSession, SinkConfig.from_dict(self.sink_config), self.secrets)
+            self._sink = open_sink(self.sink_config, self.secrets, batch_df.sparkSession)
         write = self._write_in_one_pass if len(self.image_columns) == 1 else self._write_table_by_table
         counts, newest = write(batch_df, batch_id, t0)
         self.last_event_ms = max(self.last_event_ms, newest)
@@ -155,8 +154,7 @@ class BatchWriter:
 
     def _write_in_one_pass(self, batch_df, batch_id: int, t0: float) -> tuple[dict[str, int], int]:
         """One captured table, so every row is its: the batch goes from the source's tasks straight into the
-        sink, counted on the way (an observation), never cached (a cache costs building it and a second job;
-        measured on a 200k-change catch-up to parquet, the stream task took 12.6 s with it, 9.9 s without)."""
+        sink, counted on the way (an observation), never cached (a cache costs building it and a second job)."""
         from pyspark.sql import functions as F
 
         table = next(iter(self.image_columns))
@@ -210,16 +208,16 @@ class StreamJob:
         self.secrets = secrets
         self.store = StateStore(spec.state_path)
         self.connect = is_connect(spark)
-        sink = spark_sink(spark, SinkConfig.from_dict(spec.sink), secrets)
-        self.mode = spec.stream.get("mode") or "available_now"
+        sink = open_sink(spec.sink, secrets, spark)
+        self.mode = spec.stream.mode
         self._stop = threading.Event()
         self._done = threading.Event()
         self.error: str | None = None  # why the query failed (``run`` returned 1)
         settings = spec.source_settings(secrets)
         with contextlib.closing(connect(settings)) as conn:
             self.types = {
-                str(t): TableSinkTypes.of(load_schema(conn, TableId.parse(t), (o or {}).get("chunk_key")))
-                for t, o in spec.tables.items()
+                str(t): TableSinkTypes.of(load_schema(conn, TableId.parse(t), chunk_key))
+                for t, chunk_key in spec.tables.items()
             }
         self.order = sorted(self.types)  # table i's rows carry their values in the source's image_<i>
         for types in self.types.values():
@@ -247,18 +245,10 @@ class StreamJob:
         lag = 0.0
         if end and end.get("behind") and totals["last_event_ms"]:
             lag = max(0.0, time.time() - totals["last_event_ms"] / 1000.0)
-        self.store.write_status({
-            "state": state,
-            "mode": self.mode,
-            "launch_id": self.spec.stream.get("launch_id"),
-            "pid": os.getpid(),
-            "last_offset": {k: end.get(k) for k in ("file", "pos", "gtid")} if end else None,
-            "lag_seconds": round(lag, 3),
-            "rows_emitted": totals["rows_emitted"],
-            "batches": totals["batches"],
-            "batch_id": totals["batch_id"],
-            **self._app,
-        })
+        self.store.write_status(StreamStatus(
+            state=state, mode=self.mode, launch_id=self.spec.launch_id, pid=os.getpid(),
+            last_offset=BinlogOffset.from_dict(end) if end else None, lag_seconds=round(lag, 3),
+            rows_emitted=totals["rows_emitted"], batches=totals["batches"], batch_id=totals["batch_id"], **self._app))
 
     # -- run -----------------------------------------------------------------------------------------
     def request_stop(self) -> None:
@@ -283,13 +273,13 @@ class StreamJob:
             self.store.delete(BATCH_TOTALS)
         register_source(self.spark, self.secrets)
         schema = source_schema([self.types[t].spark_ddl for t in self.order])
-        # given here, Spark does not ask the source for it (load() of a minimal Python source: 1.6 s -> 0.8 s)
+        # given here, Spark does not start a Python process to ask the source for it
         df = (self.spark.readStream.format("airflow_cdc_binlog").schema(schema).option("spec", self.spec.to_json())
               .option("partitions", str(default_parallelism(self.spark)))
               .option("tables", json.dumps(self.order)).option("schema", schema).load())
         writer = df.writeStream.foreachBatch(self.writer).option("checkpointLocation", self.store.checkpoint_location)
         if self.mode == "continuous":
-            writer = writer.trigger(processingTime=self.spec.stream.get("trigger_interval") or "2 seconds")
+            writer = writer.trigger(processingTime=self.spec.stream.trigger_interval)
         else:
             writer = writer.trigger(availableNow=True)
         if not self.connect:  # spark-submit's driver; on Connect this is the Airflow task's process, its signals are Airflow's

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from airflow_cdc_provider.core.keys import Key, encode_key
 from airflow_cdc_provider.sinks.types import TableSinkTypes
 from airflow_cdc_provider.source.settings import ConnectionSettings
-from airflow_cdc_provider.spark.columns import cols
+from airflow_cdc_provider.spark.frames import cols
 from airflow_cdc_provider.spark.jdbc_read import read_key_ranges
 
 

@@ -29,13 +29,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from airflow_cdc_provider.core.offsets import BinlogOffset
+from airflow_cdc_provider.core.reports import ChunkReport
+from airflow_cdc_provider.state.records import FinishedSnapshot, StreamLaunch, StreamSeed, StreamStatus
 from airflow_cdc_provider.state.storage import Storage
-
-
-def _hw_key(report: dict[str, Any]) -> tuple[int, int, int]:
-    hw = report.get("high_watermark")
-    return BinlogOffset.from_dict(hw).sort_key if hw else (-1, -1, -1)
 
 
 def table_dir_name(table: str) -> str:
@@ -97,8 +93,8 @@ class StateStore:
 
     # -- snapshots ---------------------------------------------------------------------------------
     # A watermark window's chunk reports are one file, named by its chunk range like the parquet sink's
-    # directory of the window: a task of 594 chunks writes one file, not 594 (each file write is 0.3-0.4 ms
-    # here). A retry that groups the chunks differently takes its chunks out of the earlier files first.
+    # directory of the window: a task of many chunks writes one file, not one per chunk. A retry that groups
+    # the chunks differently takes its chunks out of the earlier files first.
     @staticmethod
     def epoch_rel(table: str, epoch: int) -> str:
         return f"tables/{table_dir_name(table)}/epoch={epoch}"
@@ -117,24 +113,27 @@ class StateStore:
                     out[name] = range(int(first), int(last) + 1)
         return out
 
-    def write_window_reports(self, table: str, epoch: int, reports: list[dict[str, Any]]) -> None:
-        """The reports of one window's chunks (each with its ``index``), in one atomic write."""
-        name = self._window_name([int(r["index"]) for r in reports])
-        self.write_json(f"{self.epoch_rel(table, epoch)}/{name}.json", {"chunks": reports})
+    def write_window_reports(self, table: str, epoch: int, reports: list[ChunkReport]) -> None:
+        """The reports of one window's chunks, in one atomic write."""
+        name = self._window_name([r.index for r in reports])
+        self.write_json(f"{self.epoch_rel(table, epoch)}/{name}.json", {"chunks": [r.to_dict() for r in reports]})
 
-    def chunk_reports(self, table: str, epoch: int) -> dict[int, dict[str, Any]]:
+    def _window_reports(self, rel: str) -> list[dict[str, Any]]:
+        return (self.read_json(rel) or {}).get("chunks", [])
+
+    def chunk_reports(self, table: str, epoch: int) -> dict[int, ChunkReport]:
         """Every chunk report of the epoch, by chunk index. Should two files hold one chunk (two attempts that
         grouped it differently, racing), the report with the later high watermark is the later read."""
-        out: dict[int, dict[str, Any]] = {}
+        out: dict[int, ChunkReport] = {}
         rel = self.epoch_rel(table, epoch)
         for name in self._window_files(table, epoch, ".json"):
-            for r in (self.read_json(f"{rel}/{name}") or {}).get("chunks", []):
-                i = int(r["index"])
-                if i not in out or _hw_key(r) > _hw_key(out[i]):
-                    out[i] = r
+            for data in self._window_reports(f"{rel}/{name}"):
+                r = ChunkReport.from_dict(data)
+                if r.index not in out or r.high_watermark > out[r.index].high_watermark:
+                    out[r.index] = r
         return out
 
-    def read_chunk_report(self, table: str, epoch: int, index: int) -> dict[str, Any] | None:
+    def read_chunk_report(self, table: str, epoch: int, index: int) -> ChunkReport | None:
         return self.chunk_reports(table, epoch).get(index)
 
     def clear_chunk_reports(self, table: str, epoch: int, indexes: list[int]) -> None:
@@ -145,8 +144,7 @@ class StateStore:
         for name, covered in self._window_files(table, epoch, ".json").items():
             if drop.isdisjoint(covered):
                 continue
-            kept = [r for r in (self.read_json(f"{rel}/{name}") or {}).get("chunks", [])
-                    if int(r["index"]) not in drop]
+            kept = [r for r in self._window_reports(f"{rel}/{name}") if int(r["index"]) not in drop]
             if kept:
                 self.write_json(f"{rel}/{name}", {"chunks": kept})
             else:
@@ -160,18 +158,20 @@ class StateStore:
                         {"chunks": sorted(indexes), "at": time.time()})
         return earlier & set(indexes)
 
-    def finished_snapshot(self, table: str) -> dict[str, Any] | None:
-        return self.read_json(f"tables/{table_dir_name(table)}/snapshot.json")
+    def finished_snapshot(self, table: str) -> FinishedSnapshot | None:
+        data = self.read_json(f"tables/{table_dir_name(table)}/snapshot.json")
+        return FinishedSnapshot.from_dict(data) if data else None
 
-    def write_finished_snapshot(self, table: str, data: dict[str, Any]) -> None:
-        self.write_json(f"tables/{table_dir_name(table)}/snapshot.json", data)
+    def write_finished_snapshot(self, snapshot: FinishedSnapshot) -> None:
+        self.write_json(f"tables/{table_dir_name(snapshot.table)}/snapshot.json", snapshot.to_dict())
 
-    def finished_tables(self) -> dict[str, dict[str, Any]]:
+    def finished_tables(self) -> dict[str, FinishedSnapshot]:
         out = {}
         for name in self.storage.listdir("tables"):
-            snap = self.read_json(f"tables/{name}/snapshot.json")
-            if snap:
-                out[snap["table"]] = snap
+            data = self.read_json(f"tables/{name}/snapshot.json")
+            if data:
+                snap = FinishedSnapshot.from_dict(data)
+                out[snap.table] = snap
         return out
 
     # -- stream ------------------------------------------------------------------------------------
@@ -184,17 +184,29 @@ class StateStore:
     def checkpoint_location(self) -> str:
         return self.location("stream", "checkpoint")
 
-    def write_seed(self, seed: dict[str, Any]) -> None:
-        self.write_json(self.SEED, seed)
+    def write_seed(self, seed: StreamSeed) -> None:
+        self.write_json(self.SEED, seed.to_dict())
 
-    def read_seed(self) -> dict[str, Any] | None:
-        return self.read_json(self.SEED)
+    def read_seed(self) -> StreamSeed | None:
+        data = self.read_json(self.SEED)
+        return StreamSeed.from_dict(data) if data else None
 
-    def write_status(self, status: dict[str, Any]) -> None:
-        self.write_json(self.STATUS, {**status, "updated_at": time.time()})
+    def write_status(self, status: StreamStatus) -> None:
+        self.write_json(self.STATUS, {**status.to_dict(), "updated_at": time.time()})
 
-    def read_status(self) -> dict[str, Any] | None:
-        return self.read_json(self.STATUS)
+    def read_status(self) -> StreamStatus | None:
+        data = self.read_json(self.STATUS)
+        return StreamStatus.from_dict(data) if data else None
+
+    def write_launch(self, launch: StreamLaunch) -> None:
+        self.write_json(self.LAUNCH, launch.to_dict())
+
+    def read_launch(self) -> StreamLaunch | None:
+        data = self.read_json(self.LAUNCH)
+        return StreamLaunch.from_dict(data) if data else None
+
+    def delete_launch(self) -> None:
+        self.delete(self.LAUNCH)
 
     def request_stop(self) -> None:
         self.write_json(self.STOP, {"requested_at": time.time()})

@@ -4,14 +4,14 @@ worker slot while the job runs for days."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import time
 from typing import Any, AsyncIterator
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_cdc_provider.pipeline.stream_watch import judge, launch_alive
+from airflow_cdc_provider.hooks.spark_job import SparkJobHook
+from airflow_cdc_provider.pipeline.stream_watch import judge
+from airflow_cdc_provider.state.records import StreamLaunch
 from airflow_cdc_provider.state.store import StateStore
 
 
@@ -34,11 +34,11 @@ class StreamHeartbeatTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         store = StateStore(self.state_path)
+        launch = StreamLaunch.from_dict(self.launch)
         while True:
             status = await asyncio.to_thread(store.read_status)
-            alive = await asyncio.to_thread(launch_alive, self.launch)  # a REST call for a cluster driver
-            health = judge(status, self.launch, now=time.time(), heartbeat_timeout=self.heartbeat_timeout,
-                           alive=alive)
+            alive = await asyncio.to_thread(SparkJobHook.alive, launch)  # a REST call for a cluster driver
+            health = judge(status, launch, now=time.time(), heartbeat_timeout=self.heartbeat_timeout, alive=alive)
             if health.final:
                 yield TriggerEvent(health.to_dict())
                 return
@@ -46,5 +46,4 @@ class StreamHeartbeatTrigger(BaseTrigger):
 
     async def on_kill(self) -> None:
         StateStore(self.state_path).request_stop()  # a cluster-mode driver stops on this between batches
-        if self.launch.get("pid") and launch_alive(self.launch):
-            os.kill(self.launch["pid"], signal.SIGTERM)
+        SparkJobHook.signal_stop(StreamLaunch.from_dict(self.launch))

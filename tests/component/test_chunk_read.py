@@ -8,8 +8,8 @@ for the chunk's range at the high watermark.
 from __future__ import annotations
 
 from airflow_cdc_provider.core.chunks import SplitOptions, TableId
-from airflow_cdc_provider.source.chunk_queries import split_schema
-from airflow_cdc_provider.source.chunk_reader import ChunkReadHooks, read_chunk, select_chunk_sql
+from airflow_cdc_provider.pipeline.chunk_window import ChunkReadHooks, read_chunk
+from airflow_cdc_provider.source.chunk_queries import select_chunk_sql, split_schema
 from airflow_cdc_provider.source.schema import load_schema
 
 
@@ -61,11 +61,11 @@ def test_writes_between_low_and_high_watermark_in_and_around_the_chunk(source_db
     expected = rows_now(source_db, schema, chunk)
     assert result.rows == expected
     assert expected[(lo,)]["v"] == "late update" and (lo + 5,) in expected and (lo + 8,) not in expected
-    assert result.high_watermark > result.low_watermark
-    assert result.window_events_applied >= 7  # every change of a key in the chunk, neighbours ignored
-    report = result.report()
+    assert result.report.high_watermark > result.report.low_watermark
+    assert result.report.window_events_applied >= 7  # every change of a key in the chunk, neighbours ignored
+    report = result.report.to_dict()
     assert report["rows"] == len(expected) and report["split_id"] == chunk.split_id
-    assert set(report) == {"split_id", "table", "key_columns", "start", "end", "low_watermark",
+    assert set(report) == {"split_id", "table", "index", "epoch", "key_columns", "start", "end", "low_watermark",
                            "high_watermark", "rows", "window_events_applied", "seconds"}
 
 
@@ -93,7 +93,7 @@ def test_writes_after_the_high_watermark_are_not_in_the_chunk(source_db, server_
 def test_no_writes_means_no_binlog_read(source_db, server_id):
     schema, chunks = make_even_table(source_db)
     result = read_chunk(source_db.settings, schema, chunks[0], server_id=server_id)
-    assert result.low_watermark == result.high_watermark and result.window_events_applied == 0
+    assert result.report.low_watermark == result.report.high_watermark and result.report.window_events_applied == 0
     assert result.rows == rows_now(source_db, schema, chunks[0])
 
 
@@ -113,7 +113,7 @@ def test_binlog_rotation_inside_the_window(source_db, server_id):
 
     result = read_chunk(source_db.settings, schema, chunk, server_id=server_id,
                         hooks=ChunkReadHooks(after_low_watermark=after_low_watermark, after_select=after_select))
-    assert result.high_watermark.file_seq == result.low_watermark.file_seq + 1
+    assert result.report.high_watermark.file_seq == result.report.low_watermark.file_seq + 1
     assert result.rows == rows_now(source_db, schema, chunk)
     assert result.rows[(lo + 4,)]["v"] == "new file" and (lo + 6,) not in result.rows
 

@@ -126,3 +126,21 @@ def test_state_or_sink_uri_this_machine_cannot_open(pipeline, source_db, key):
     line = one_line_error(run(path, env_extra=env))
     assert line.startswith(f"airflow-cdc: error: {path}: {key}.path 'gs://bucket/cdc': cannot open gs:// here"), line
     assert "install gcsfs on the Airflow workers and the Spark cluster, or use a local path or file:// URI" in line
+
+
+def test_every_yaml_problem_is_one_error_line(pipeline, source_db):
+    write, env = pipeline
+    path = write([source_db.table("orders")], extra="  chunk_sise: 4\nstream: {mode: sometimes}\n")
+    res = run(path, env_extra=env)
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 2, res.stderr
+    assert all(line.startswith(f"airflow-cdc: error: {path}: ") for line in lines)
+    assert "snapshot.chunk_sise: unknown key" in lines[0] + lines[1] and "stream.mode: 'sometimes'" in res.stderr
+
+
+def test_schema_prints_the_published_json_schema():
+    res = subprocess.run([CLI, "schema"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    published = Path(__file__).resolve().parents[2] / "docs" / "pipeline.schema.json"
+    assert json.loads(res.stdout) == json.loads(published.read_text())
+    assert "chunk_size" in json.dumps(json.loads(res.stdout)["$defs"])

@@ -14,9 +14,9 @@ from airflow_cdc_provider.core.chunks import SplitOptions, TableId
 from airflow_cdc_provider.core.emit_filter import build_emit_filter
 from airflow_cdc_provider.core.offsets import min_offset
 from airflow_cdc_provider.core.records import OP_DELETE
+from airflow_cdc_provider.pipeline.chunk_window import ChunkReadHooks, read_chunk
 from airflow_cdc_provider.source.binlog import read_changes_between
 from airflow_cdc_provider.source.chunk_queries import split_schema
-from airflow_cdc_provider.source.chunk_reader import ChunkReadHooks, read_chunk
 from airflow_cdc_provider.source.key_order import DatabaseKeyOrder
 from airflow_cdc_provider.source.schema import load_schema
 from airflow_cdc_provider.source.server import current_offset
@@ -64,12 +64,12 @@ def run_scenario(db, server_id, table, keys_in_chunk):
     with db.connection() as conn:
         end = current_offset(conn)
         order = DatabaseKeyOrder(conn, schema)
-        reports = [r.report() for r in results]
-        seed = min_offset([r.high_watermark for r in results])
-        assert seed == results[0].high_watermark
+        ranges = [r.report.range for r in results]
+        seed = min_offset([r.report.high_watermark for r in results])
+        assert seed == results[0].report.high_watermark
         changes = list(read_changes_between(db.settings, server_id, seed, end, {schema.table: schema}))
         order.prefetch([c.key for c in changes] + [k for c in chunks for k in (c.start, c.end) if k])
-        emit = build_emit_filter(reports, {str(schema.table): order})
+        emit = build_emit_filter(ranges, {str(schema.table): order})
         emitted = [c for c in changes if emit.should_emit(schema.table, c.key, c.position)]
         dropped = [c for c in changes if not emit.should_emit(schema.table, c.key, c.position)]
     snapshot = {k: v for r in results for k, v in r.rows.items()}

@@ -8,8 +8,15 @@ import uuid
 import fsspec.config
 import pytest
 
+from airflow_cdc_provider.core.chunks import Chunk, TableId
+from airflow_cdc_provider.core.offsets import BinlogOffset
+from airflow_cdc_provider.core.reports import ChunkReport
 from airflow_cdc_provider.sinks.parquet import ParquetLayout
+from airflow_cdc_provider.state.records import FinishedSnapshot, StreamStatus
 from airflow_cdc_provider.state.store import StateStore
+
+REPORT = ChunkReport(Chunk(TableId("db", "t"), 1, ("id",), None, None), BinlogOffset("b.000001", 4),
+                     BinlogOffset("b.000001", 90), 3, 0, 0.1)
 
 
 @pytest.fixture(scope="module")
@@ -42,15 +49,15 @@ def test_state_store_on_s3a(s3_endpoint):
     store = StateStore(uri)
     store.ensure_writable()
     assert store.storage.listdir() == []  # the probe is gone
-    store.write_window_reports("db.t", 0, [{"table": "db.t", "index": 1, "rows": 3}])
-    assert fresh(StateStore, uri).read_chunk_report("db.t", 0, 1) == {"table": "db.t", "index": 1, "rows": 3}
+    store.write_window_reports("db.t", 0, [REPORT])
+    assert fresh(StateStore, uri).read_chunk_report("db.t", 0, 1) == REPORT
     other = StateStore(uri)  # a second reader whose listing was cached before the write
     assert other.finished_tables() == {}
-    store.write_finished_snapshot("db.t", {"table": "db.t", "epoch": 0})
+    store.write_finished_snapshot(FinishedSnapshot("db.t", 0, (REPORT,)))
     assert list(other.finished_tables()) == ["db.t"]
-    store.write_status({"state": "running", "rows_emitted": 5})
+    store.write_status(StreamStatus("running", "continuous", rows_emitted=5))
     store.request_stop()
-    assert other.read_status()["rows_emitted"] == 5 and other.stop_requested()
+    assert other.read_status().rows_emitted == 5 and other.stop_requested()
     other.clear_stop()
     assert not store.stop_requested()
     assert store.checkpoint_location == f"{uri}/stream/checkpoint"

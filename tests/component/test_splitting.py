@@ -9,8 +9,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_cdc_provider.core.chunks import SplitOptions, TableId
-from airflow_cdc_provider.source.chunk_queries import split_schema
-from airflow_cdc_provider.source.chunk_reader import select_chunk_sql
+from airflow_cdc_provider.source.chunk_queries import select_chunk_sql, split_schema
 from airflow_cdc_provider.source.schema import load_schema
 
 NO_EVEN = dict(even_split=False)
@@ -149,7 +148,7 @@ def test_large_composite_string_key_partition(source_db, chunk_size):
 
 
 def test_percent_signs_in_identifiers(source_db, server_id):
-    from airflow_cdc_provider.source.chunk_reader import read_chunk
+    from airflow_cdc_provider.pipeline.chunk_window import read_chunk
     from airflow_cdc_provider.source.validation import validate_source
 
     source_db.execute("CREATE TABLE `50% off` (`id%` INT PRIMARY KEY, `v%s` INT)")

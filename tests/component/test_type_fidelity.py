@@ -6,8 +6,8 @@ import pytest
 
 from airflow_cdc_provider.core.chunks import Chunk, TableId
 from airflow_cdc_provider.core.records import OP_CREATE, OP_DELETE, OP_UPDATE
+from airflow_cdc_provider.pipeline.chunk_window import read_chunk
 from airflow_cdc_provider.source.binlog import read_changes_between
-from airflow_cdc_provider.source.chunk_reader import read_chunk
 from airflow_cdc_provider.source.schema import load_schema
 from airflow_cdc_provider.source.server import current_offset
 

@@ -11,18 +11,22 @@ import signal
 import subprocess
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from airflow_cdc_provider.core.chunks import SplitOptions, TableId
+from airflow_cdc_provider.core.chunks import Chunk, SplitOptions, TableId
 from airflow_cdc_provider.pipeline.collect import collect_watermarks
-from airflow_cdc_provider.pipeline.jobspec import JobSpec, connection_fields
+from airflow_cdc_provider.pipeline.config import StreamConfig
+from airflow_cdc_provider.pipeline.jobspec import JobSpec
 from airflow_cdc_provider.pipeline.plan import plan_chunks
-from airflow_cdc_provider.sinks import SinkConfig
+from airflow_cdc_provider.sinks.base import SinkConfig
+from airflow_cdc_provider.sinks.registry import open_sink
 from airflow_cdc_provider.sinks.types import TableSinkTypes
 from airflow_cdc_provider.source.schema import load_schema
 from airflow_cdc_provider.source.sql import quote_ident, quote_table
 from airflow_cdc_provider.source.values import RowCanonicalizer
+from airflow_cdc_provider.state.records import StreamSeed, TablePlan
 from airflow_cdc_provider.state.store import StateStore
 from airflow_cdc_provider.testing.spark import submit
 
@@ -52,34 +56,33 @@ class Pipeline:
         self.secrets = {"source_password": source_db.settings.password}
         if postgres is not None:
             self.secrets["sink_password"] = postgres.password
-        self.planned: dict[str, dict[str, Any]] = {}
+        self.planned: dict[str, TablePlan] = {}
 
     def spec(self, **kw: Any) -> JobSpec:
-        return JobSpec(pipeline="test", source=connection_fields(self.db.settings),
-                       tables={t: {} for t in self.tables}, sink=self.sink.to_dict(), state_path=self.state.uri,
-                       server_id=next(_server_ids), **kw)
+        return JobSpec(pipeline="test", source=self.db.settings, tables={t: None for t in self.tables},
+                       sink=self.sink, state_path=self.state.uri, server_id=next(_server_ids), **kw)
 
-    def plan(self) -> list[dict[str, Any]]:
+    def plan(self) -> list[Chunk]:
         plan = plan_chunks(self.db.settings, self.tables, SplitOptions(self.chunk_size))
         epoch = int(time.time() * 1000)
-        chunks = [{**c.to_dict(), "epoch": epoch} for c in plan.chunks]
-        self.planned = {t: {"epoch": epoch, "chunks": sum(1 for c in chunks if c["table"] == t)} for t in self.tables}
+        chunks = [replace(c, epoch=epoch) for c in plan.chunks]
+        self.planned = {t: TablePlan(epoch, sum(1 for c in chunks if str(c.table) == t)) for t in self.tables}
         return chunks
 
-    def snapshot(self, chunks: list[dict[str, Any]], fault: dict | None = None, check: bool = True):
+    def snapshot(self, chunks: list[Chunk], fault: dict | None = None, check: bool = True):
         res = submit("snapshot_chunk", self.spec(chunks=chunks, fault=fault), self.secrets, self.tmp / "jobs")
         if check:
             assert res.returncode == 0, self.last_log("snapshot_chunk")
         return res
 
-    def collect(self) -> dict[str, Any]:
-        return collect_watermarks(self.state, self.sink, self.secrets, self.planned)
+    def collect(self) -> StreamSeed:
+        return collect_watermarks(self.state, open_sink(self.sink, self.secrets), self.planned)
 
     def stream(self, fault: dict | None = None, check: bool = True, max_bytes: int = 64 * 2**20, **stream: Any):
         """``max_bytes``: binlog bytes per batch; segments of 20 kB, so that small tests read batches with
         several Spark tasks in parallel, as large ones do."""
-        spec = self.spec(stream={"mode": "available_now", "max_batch_bytes": max_bytes, "min_segment_bytes": 20_000,
-                                 **stream}, fault=fault)
+        spec = self.spec(stream=StreamConfig(mode="available_now", max_batch_bytes=max_bytes, min_segment_bytes=20_000,
+                                             **stream), fault=fault)
         res = submit("binlog_stream", spec, self.secrets, self.tmp / "jobs")
         if check:
             assert res.returncode == 0, self.last_log("binlog_stream")
@@ -89,10 +92,10 @@ class Pipeline:
     def continuous_stream(self, **stream: Any):
         """The stream job in ``continuous`` mode in the background (its own process group), yielded as its
         Popen once its status says running; stopped on the way out if the test left it running."""
-        spec = self.spec(stream={"mode": "continuous", "trigger_interval": "1 second", **stream})
+        spec = self.spec(stream=StreamConfig(mode="continuous", trigger_interval="1 second", **stream))
         proc = submit("binlog_stream", spec, self.secrets, self.tmp / "jobs", background=True)
         try:
-            wait_until(lambda: (self.state.read_status() or {}).get("state") == "running", "the stream to run")
+            wait_until(lambda: stream_state(self.state) == "running", "the stream to run")
             yield proc
         finally:
             if proc.poll() is None:
@@ -106,6 +109,16 @@ class Pipeline:
         logs = sorted((self.tmp / "jobs").glob(f"{app}-*.log"), key=lambda p: p.stat().st_mtime)
         text = logs[-1].read_text(errors="replace") if logs else "(no log)"
         return "\n".join(line for line in text.splitlines() if " WARN " not in line)[-6000:]
+
+
+def stream_state(state: StateStore) -> str | None:
+    status = state.read_status()
+    return status.state if status else None
+
+
+def rows_emitted(state: StateStore) -> int:
+    status = state.read_status()
+    return status.rows_emitted if status else 0
 
 
 def wait_until(condition, what: str, timeout: float = 120.0, interval: float = 0.5) -> Any:
@@ -146,9 +159,7 @@ def table_types(source_db, table: str) -> TableSinkTypes:
 
 
 def sink_rows(spark, sink_cfg: SinkConfig, secrets: dict, types: TableSinkTypes) -> dict[tuple, tuple]:
-    from airflow_cdc_provider.spark.sinks import spark_sink
-
-    df = spark_sink(spark, sink_cfg, secrets).current_state(types)
+    df = open_sink(sink_cfg, secrets, spark).current_state(types)
     idx = [types.schema.column_names.index(k) for k in types.schema.key_columns]
     out = {}
     for r in df.collect():

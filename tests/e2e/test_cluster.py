@@ -1,4 +1,4 @@
-"""Issue 7 acceptance: the same pipeline on a real Spark standalone cluster (master + worker on loopback),
+"""The same pipeline on a real Spark standalone cluster (master + worker on loopback),
 in client and in cluster deploy mode, through dag.test(), ending with `airflow-cdc verify` equal. State
 store and sink are given as file:// URIs (a path the cluster shares)."""
 
@@ -18,8 +18,8 @@ from airflow_cdc_provider.state.store import StateStore
 from airflow_cdc_provider.testing.airflow_run import BackgroundDagRun, run_dag
 from airflow_cdc_provider.testing.spark_cluster import PrivateSparkCluster
 
-from .cdc_helpers import wait_until
-from .test_dag_e2e import make_shop
+from .cdc_helpers import rows_emitted, stream_state, wait_until
+from .test_generated_dag import make_shop
 
 CLI = str(Path(sys.executable).parent / "airflow-cdc")
 SMALL_RESOURCES = "spark:\n  executor_memory: 512m\n  driver_memory: 512m\n  total_executor_cores: 1\n"
@@ -81,13 +81,13 @@ def test_cluster_deploy_mode_stream_survives_its_driver_being_killed(airflow_hom
     run = BackgroundDagRun(env, dags, "shop_cdc", tmp_path / "run.log")
     relaunch: dict = {}
     try:
-        wait_until(lambda: (state.read_status() or {}).get("state") == "running", "the stream's driver to run", 600)
+        wait_until(lambda: stream_state(state) == "running", "the stream's driver to run", 600)
         launch = state.read_json(state.LAUNCH)
         assert launch["driver_id"].startswith("driver-") and rest.driver_state(launch["driver_id"]) == "RUNNING"
         assert "pid" not in launch  # tracked by its driver id, not by a local process
         source_db.execute("UPDATE orders SET note = 'live' WHERE id <= 20")
-        wait_until(lambda: (state.read_status() or {}).get("rows_emitted", 0) >= 20, "the live changes", 180)
-        first_app = state.read_status()["app_id"]
+        wait_until(lambda: rows_emitted(state) >= 20, "the live changes", 180)
+        first_app = state.read_status().app_id
 
         # kill the driver's processes on the worker: the task fails (driver gone), the retry relaunches
         pids = cluster.driver_processes(launch["driver_id"])
@@ -96,10 +96,10 @@ def test_cluster_deploy_mode_stream_survives_its_driver_being_killed(airflow_hom
             os.kill(pid, signal.SIGKILL)
         source_db.execute("UPDATE orders SET note = 'after kill' WHERE id BETWEEN 100 AND 109")
         # the relaunched driver's own status (a new app id), not the killed one's last word
-        relaunched = lambda: (state.read_status() or {}).get("app_id") not in (None, first_app)  # noqa: E731
+        relaunched = lambda: getattr(state.read_status(), "app_id", None) not in (None, first_app)  # noqa: E731
         wait_until(lambda: (state.read_json(state.LAUNCH) or {}).get("driver_id") not in (None, launch["driver_id"])
-                   and relaunched() and state.read_status().get("state") == "running", "the retry to relaunch the driver", 400)
-        wait_until(lambda: relaunched() and state.read_status().get("rows_emitted", 0) >= 10,
+                   and relaunched() and state.read_status().state == "running", "the retry to relaunch the driver", 400)
+        wait_until(lambda: relaunched() and state.read_status().rows_emitted >= 10,
                    "the changes made while it was dead", 180)
         relaunch = state.read_json(state.LAUNCH)
         assert relaunch["driver_id"] != launch["driver_id"] and rest.driver_state(relaunch["driver_id"]) == "RUNNING"

@@ -1,4 +1,4 @@
-"""Issue 5 faults: each fault, then recovery the way Airflow would do it (the job's retry / restart), then
+"""Faults: each fault, then recovery the way Airflow would do it (the job's retry / restart), then
 source == sink and an exactly-once changelog checked against the binlog itself.
 
 Short sizes run in `make test`; `make soak` runs the same scenarios with the long sizes (conftest ``scale``).
@@ -19,13 +19,14 @@ from .cdc_helpers import (
     Pipeline,
     jdbc_sink,
     parquet_sink,
+    rows_emitted,
     sink_rows,
     source_rows,
     table_types,
     wait_until,
 )
 from .conftest import scale
-from .test_spark_pipeline import changelog, expected_changelog, make_orders
+from .test_spark_jobs import changelog, expected_changelog, make_orders
 
 
 def check_exactly_once(spark, p, db, seed, server_id) -> int:
@@ -46,13 +47,13 @@ def test_mariadb_restart_while_the_stream_runs(source_db, mariadb, tmp_path, spa
     seed = p.collect()
     with p.continuous_stream() as proc:
         source_db.execute("UPDATE orders SET note = 'before' WHERE id <= 100")
-        wait_until(lambda: (p.state.read_status() or {}).get("rows_emitted", 0) >= 100, "the first changes")
+        wait_until(lambda: rows_emitted(p.state) >= 100, "the first changes")
         mariadb.restart()
         scenario["faults"] += 1
         source_db.reconnect()
         source_db.execute("UPDATE orders SET note = 'after' WHERE id BETWEEN 200 AND 299")
         source_db.execute("DELETE FROM orders WHERE id > %s", (n - 50,))
-        wait_until(lambda: (p.state.read_status() or {}).get("rows_emitted", 0) >= 250,
+        wait_until(lambda: rows_emitted(p.state) >= 250,
                    "the stream to reconnect and emit the changes made after the restart")
         assert proc.poll() is None, "the stream died instead of reconnecting"
         p.state.request_stop()
@@ -78,7 +79,7 @@ def test_sink_down_during_a_batch_then_back(source_db, tmp_path, spark, postgres
     finally:
         postgres.restart()
     assert rc != 0, "the stream should fail while its sink is down"
-    assert p.state.read_status()["state"] == "failed"
+    assert p.state.read_status().state == "failed"
     p.stream()  # the retry
     assert sink_rows(spark, p.sink, p.secrets, table_types(source_db, "orders")) == source_rows(source_db, "orders")
     scenario.update(rows=n, changes=551)
@@ -112,8 +113,8 @@ def test_binlog_rotation_during_chunk_windows_and_the_stream(source_db, mariadb,
         stop.set()
         rotator.join(10)
     assert len(rotations) >= 3 and writer.ops > 100
-    reports = p.state.finished_snapshot(source_db.table("orders"))["chunks"]  # every chunk's full report
-    assert len({r["low_watermark"]["file"] for r in reports} | {r["high_watermark"]["file"] for r in reports}) > 1, \
+    reports = p.state.finished_snapshot(source_db.table("orders")).chunks  # every chunk's full report
+    assert len({r.low_watermark.file for r in reports} | {r.high_watermark.file for r in reports}) > 1, \
         "no rotation happened during the chunk windows"
     scenario.update(rows=n, faults=len(rotations), changes=check_exactly_once(spark, p, source_db, seed, server_id))
 
@@ -153,7 +154,7 @@ def test_purged_binlog_fails_the_retention_sensor_before_the_stream(source_db, m
     with pytest.raises(AirflowFailException) as exc:
         sensor.poke({})
     message = str(exc.value)
-    seed_file = StateStore(p.state.uri).read_seed()["start"]["file"]
+    seed_file = StateStore(p.state.uri).read_seed().start.file
     assert f"no longer has {seed_file}" in message and f"oldest binlog: {newest}" in message
     assert "binlog_expire_logs_seconds" in message and "resnapshot" in message and source_db.table("orders") in message
     assert not p.state.exists(p.state.STATUS), "no stream may have started"
@@ -180,7 +181,7 @@ def test_large_transaction_inside_a_chunk_window(source_db, tmp_path, spark, ser
     job.join(600)
     assert not job.is_alive()
     seed = p.collect()
-    reports = {r["split_id"]: r for r in p.state.finished_snapshot(source_db.table("orders"))["chunks"]}
-    assert reports[f"{source_db.table('orders')}:0"]["window_events_applied"] >= n // 4
+    reports = {r.split_id: r for r in p.state.finished_snapshot(source_db.table("orders")).chunks}
+    assert reports[f"{source_db.table('orders')}:0"].window_events_applied >= n // 4
     p.stream()
     scenario.update(rows=n, faults=1, changes=check_exactly_once(spark, p, source_db, seed, server_id))

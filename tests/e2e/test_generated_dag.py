@@ -1,4 +1,4 @@
-"""Issue 4 acceptance: YAML -> DAG, DagBag import errors, and dag.test() runs against MariaDB + Spark."""
+"""YAML -> DAG, DagBag import errors, and dag.test() runs against MariaDB + Spark."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from airflow_cdc_provider.pipeline.stream_watch import process_alive
+from airflow_cdc_provider.hooks.spark_job import process_alive
 from airflow_cdc_provider.sinks.parquet import ParquetLayout
 from airflow_cdc_provider.state.store import StateStore
 from airflow_cdc_provider.testing.airflow_run import BackgroundDagRun, run_dag
 
-from .cdc_helpers import parquet_sink, sink_rows, source_rows, table_types, wait_until, write_pipeline
-from .test_spark_pipeline import make_orders
+from .cdc_helpers import parquet_sink, sink_rows, source_rows, stream_state, table_types, wait_until, write_pipeline
+from .test_spark_jobs import make_orders
 
 CLI = str(Path(sys.executable).parent / "airflow-cdc")
 
@@ -107,7 +107,7 @@ def test_continuous_stream_task_follows_changes_until_stopped(airflow_home, sour
     state, sink = StateStore(tmp_path / "state"), parquet_sink(tmp_path)
     run = BackgroundDagRun(env, dags, "shop_cdc", tmp_path / "run.log")
     try:
-        wait_until(lambda: (state.read_status() or {}).get("state") == "running", "the stream task's job to run", 600)
+        wait_until(lambda: stream_state(state) == "running", "the stream task's job to run", 600)
         launch = state.read_json(state.LAUNCH)
         assert process_alive(launch["pid"])
         source_db.execute("UPDATE orders SET note = 'live' WHERE id <= 20")
@@ -120,7 +120,7 @@ def test_continuous_stream_task_follows_changes_until_stopped(airflow_home, sour
         os.killpg(launch["pid"], signal.SIGKILL)
         source_db.execute("UPDATE orders SET note = 'after kill' WHERE id BETWEEN 100 AND 109")
         wait_until(lambda: (state.read_json(state.LAUNCH) or {}).get("pid") not in (None, launch["pid"])
-                   and (state.read_status() or {}).get("state") == "running", "the retry to relaunch the stream", 300)
+                   and stream_state(state) == "running", "the retry to relaunch the stream", 300)
         wait_until(lambda: sink_rows(spark, sink, {}, table_types(source_db, "orders")) == source_rows(source_db, "orders"),
                    "the changes made while the job was dead to reach the sink", 120)
         relaunch = state.read_json(state.LAUNCH)

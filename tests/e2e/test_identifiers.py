@@ -1,4 +1,4 @@
-"""Issue 5 bad input: identifiers that need quoting (spaces, backticks, reserved words, unicode) in table and
+"""Identifiers that need quoting (spaces, backticks, reserved words, unicode) in table and
 column names go through the snapshot, the binlog stream and both sinks unharmed."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 5 load: sysbench oltp_write_only at a fixed rate during the whole snapshot phase and the first stream
+"""Load: sysbench oltp_write_only at a fixed rate during the whole snapshot phase and the first stream
 batches of the real DAG (dag.test), over a sysbench table and a table with a composite string key. After the
 load stops and the stream catches up: `airflow-cdc verify` says equal for every table, and each table's
 parquet changelog holds every committed change exactly once, checked against the binlog itself."""
@@ -19,7 +19,7 @@ from airflow_cdc_provider.testing.sysbench import sysbench
 
 from .cdc_helpers import write_pipeline
 from .conftest import scale
-from .test_spark_pipeline import changelog, expected_changelog
+from .test_spark_jobs import changelog, expected_changelog
 
 CLI = str(Path(sys.executable).parent / "airflow-cdc")
 

@@ -1,4 +1,4 @@
-"""Issue 5 secrets: a full DAG run (snapshot chunks + stream, parquet and jdbc sinks) leaves the source and
+"""Secrets: a full DAG run (snapshot chunks + stream, parquet and jdbc sinks) leaves the source and
 sink passwords in no process argv (sampled with ps while it runs), no log, no XCom, no file other tasks or
 users could read (state store, specs, Airflow's DB, Spark event logs = what the Spark UI's Environment tab
 shows), and leaves no secrets file behind."""

@@ -8,11 +8,11 @@ from decimal import Decimal
 import pytest
 
 from airflow_cdc_provider.sinks.postgres import PostgresMirror
-from airflow_cdc_provider.spark.sinks import spark_sink
+from airflow_cdc_provider.sinks.registry import open_sink
 from airflow_cdc_provider.spark.verify import verify_table
 
+from ..component.test_type_fidelity import ALL_TYPES_DDL, EXTREMES, UPDATED, ZEROS
 from .cdc_helpers import Pipeline, jdbc_sink, parquet_sink, sink_rows, source_rows, table_types
-from .test_type_fidelity import ALL_TYPES_DDL, EXTREMES, UPDATED, ZEROS
 
 
 def insert(db, row):
@@ -50,7 +50,7 @@ def test_all_types_snapshot_then_binlog_updates_verify_equal(source_db, tmp_path
     assert row[cols.index("tm6")] == "838:59:58.999999" and row[cols.index("vc")] == "ñ"
     assert got[(2,)][cols.index("ts")] == dt.datetime(2024, 1, 1, 22, 4, 5, 654321)  # written at +05:00
 
-    verdict = verify_table(spark, source_db.settings, spark_sink(spark, sink, p.secrets), types, [(None, None)])
+    verdict = verify_table(spark, source_db.settings, open_sink(sink, p.secrets, spark), types, [(None, None)])
     assert verdict.equal and verdict.source_rows == verdict.sink_rows == 4, verdict.to_dict()
 
 

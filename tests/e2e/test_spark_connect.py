@@ -1,4 +1,4 @@
-"""Opt-in Spark Connect mode (issue 6): with ``spark.connect_conn_id`` the chunk tasks and the
+"""Opt-in Spark Connect mode: with ``spark.connect_conn_id`` the chunk tasks and the
 ``available_now`` stream are sessions of a long-lived Spark Connect server instead of one spark-submit each.
 Same watermark job, same sinks, same exactly-once result; no password in the server's UI or event log."""
 
@@ -19,7 +19,7 @@ from airflow_cdc_provider.testing.airflow_run import install_worker_preload, run
 from airflow_cdc_provider.testing.spark_connect import PrivateSparkConnect
 
 from .cdc_helpers import BackgroundWriter, jdbc_sink, sink_rows, source_rows, table_types, write_pipeline
-from .test_dag_e2e import make_shop
+from .test_generated_dag import make_shop
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +107,6 @@ def test_spark_submit_after_a_connect_session_in_the_same_process(connect_server
     """pyspark marks a process that opened a Connect session (and keeps the mark after ``stop()``); a
     spark-submit started from it later (a continuous stream after Connect chunk tasks under ``dag.test()``)
     inherited it and its driver failed with CONNECT_URL_NOT_SET. The session's end puts the environment back."""
-    import os
     import subprocess
 
     from airflow_cdc_provider.spark.session import connect_session

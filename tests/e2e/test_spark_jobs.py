@@ -1,4 +1,4 @@
-"""Issue 3 acceptance: the Spark snapshot job and the binlog stream against MariaDB, real spark-submit."""
+"""The Spark snapshot job and the binlog stream against MariaDB, real spark-submit."""
 
 from __future__ import annotations
 
@@ -11,12 +11,11 @@ from pathlib import Path
 import pytest
 
 from airflow_cdc_provider.core.chunks import TableId
-from airflow_cdc_provider.core.keys import decode_key
-from airflow_cdc_provider.core.offsets import BinlogOffset
 from airflow_cdc_provider.sinks.parquet import ParquetLayout
 from airflow_cdc_provider.source.binlog import read_changes_between
 from airflow_cdc_provider.source.schema import load_schema
 from airflow_cdc_provider.source.server import current_offset
+from airflow_cdc_provider.state.records import StreamSeed
 
 from .cdc_helpers import BackgroundWriter, Pipeline, jdbc_sink, parquet_sink, sink_rows, source_rows, table_types
 from .conftest import scale
@@ -29,24 +28,23 @@ def make_orders(db, n: int) -> None:
     db.execute(f"INSERT INTO orders SELECT seq, seq, 'init' FROM seq_1_to_{n}")  # MariaDB's sequence engine
 
 
-def expected_changelog(db, seed: dict, table: str, server_id: int) -> list[tuple]:
+def expected_changelog(db, seed: StreamSeed, table: str, server_id: int) -> list[tuple]:
     """``(op, *key, file_seq, pos, row)`` of every committed change since the seed that no snapshot chunk
     contains, straight from the binlog: a change of key k at p belongs to the changelog iff p is after the HW
     of the chunk whose range holds k. (Python key order: use keys whose collation agrees with it.)"""
     with db.connection() as conn:
         schema = load_schema(conn, TableId.parse(table))
         end = current_offset(conn)
-    chunks = seed["tables"][table]["chunks"]
+    chunks = seed.tables[table].chunks
 
     def chunk_hw(key):
         for r in chunks:
-            lo, hi = decode_key(r["start"]), decode_key(r["end"])
-            if (lo is None or lo <= key) and (hi is None or key < hi):
-                return BinlogOffset.from_dict(r["high_watermark"])
+            if (r.start is None or r.start <= key) and (r.end is None or key < r.end):
+                return r.high_watermark
         raise AssertionError(f"no chunk holds {key}")
 
     out = []
-    for rec in read_changes_between(db.settings, server_id, BinlogOffset.from_dict(seed["start"]), end, {schema.table: schema}):
+    for rec in read_changes_between(db.settings, server_id, seed.start, end, {schema.table: schema}):
         if rec.position.is_after(chunk_hw(rec.key)):
             out.append((rec.op, *rec.key, *rec.position.sort_key))
     return out
@@ -80,14 +78,14 @@ def test_snapshot_under_concurrent_writes_then_stream_is_exactly_once(source_db,
         p.snapshot(chunks)
         seed = p.collect()
         ops_during_snapshot = writer.ops
-    reports = p.state.finished_snapshot(source_db.table("orders"))["chunks"]
+    reports = p.state.finished_snapshot(source_db.table("orders")).chunks
     assert ops_during_snapshot > 100
-    assert sum(r["window_events_applied"] for r in reports) > 0, "no chunk window saw a change: the test lost its point"
-    assert all(r["high_watermark"] and r["low_watermark"] for r in reports)
+    assert sum(r.window_events_applied for r in reports) > 0, "no chunk window saw a change: the test lost its point"
+    assert all(r.high_watermark >= r.low_watermark for r in reports)
 
     p.stream(max_bytes=400_000)
     status = p.state.read_status()
-    assert status["state"] == "finished" and status["batches"] >= 2 and status["rows_emitted"] > 0
+    assert status.state == "finished" and status.batches >= 2 and status.rows_emitted > 0
 
     assert sink_rows(spark, p.sink, p.secrets, table_types(source_db, "orders")) == source_rows(source_db, "orders")
     got = changelog(spark, p.sink.path, source_db.table("orders"))
@@ -139,7 +137,7 @@ def test_chunk_retried_after_kill_mid_write_leaves_one_copy(source_db, tmp_path,
     fault = {"point": "mid_sink_write", "action": "kill", "match": ":1", "once": str(tmp_path / "fault-once")}
     res = p.snapshot(chunks, fault=fault, check=False)
     assert res.returncode != 0, "the injected SIGKILL did not happen"
-    assert p.state.read_chunk_report(source_db.table("orders"), chunks[0]["epoch"], 1) is None
+    assert p.state.read_chunk_report(source_db.table("orders"), chunks[0].epoch, 1) is None
     # between the attempts: a row the first attempt wrote disappears, another changes
     source_db.execute("DELETE FROM orders WHERE id = %s", (n // 2,))
     source_db.execute("UPDATE orders SET note = 'between' WHERE id = %s", (n // 2 + 100,))
@@ -150,7 +148,7 @@ def test_chunk_retried_after_kill_mid_write_leaves_one_copy(source_db, tmp_path,
     assert sink_rows(spark, p.sink, p.secrets, types) == source_rows(source_db, "orders")
     if sink_type == "parquet":
         layout = ParquetLayout(p.sink.path)
-        epoch_dir = layout.epoch_dir(source_db.table("orders"), chunks[0]["epoch"])
+        epoch_dir = layout.epoch_dir(source_db.table("orders"), chunks[0].epoch)
         ids = [r[0] for r in spark.read.parquet(layout.location(epoch_dir)).select("id").collect()]
         assert len(ids) == len(set(ids)) == n - 1
     else:
@@ -168,16 +166,16 @@ def test_empty_table_and_a_string_key_window_then_stream(source_db, tmp_path, sp
     source_db.executemany("INSERT INTO words VALUES (%s, %s)", [(f"w{i:04d}", i) for i in range(500)])
     p = Pipeline(source_db, tmp_path, parquet_sink(tmp_path), ["empty_t", "words"], chunk_size=100)
     chunks = p.plan()
-    words = [c for c in chunks if c["table"] == source_db.table("words")]
+    words = [c for c in chunks if str(c.table) == source_db.table("words")]
     assert len(words) == 5
     for table in (source_db.table("empty_t"), source_db.table("words")):
-        p.snapshot([c for c in chunks if c["table"] == table])
+        p.snapshot([c for c in chunks if str(c.table) == table])
     p.collect()
     layout = ParquetLayout(p.sink.path)
-    epoch_dir = layout.epoch_dir(source_db.table("words"), words[0]["epoch"])
+    epoch_dir = layout.epoch_dir(source_db.table("words"), words[0].epoch)
     assert layout.storage.listdir(epoch_dir) == ["chunks=0-4"]  # one watermark window, one directory
-    reports = p.state.finished_snapshot(source_db.table("words"))["chunks"]
-    assert sorted(r["rows"] for r in reports) == [100] * 5 and len({r["high_watermark"]["pos"] for r in reports}) == 1
+    reports = p.state.finished_snapshot(source_db.table("words")).chunks
+    assert sorted(r.rows for r in reports) == [100] * 5 and len({r.high_watermark.pos for r in reports}) == 1
 
     source_db.execute("INSERT INTO empty_t VALUES (1, 1), (2, 2)")
     source_db.execute("UPDATE words SET n = -n WHERE w < 'w0050'")
@@ -199,7 +197,7 @@ def test_a_batch_without_rows_of_the_captured_table_publishes_nothing(source_db,
     source_db.executemany("INSERT INTO other VALUES (%s, %s)", [(i, i) for i in range(300)])
     p.stream()
     status = p.state.read_status()
-    assert status["state"] == "finished" and status["batches"] >= 1 and status["rows_emitted"] == 0, status
+    assert status.state == "finished" and status.batches >= 1 and status.rows_emitted == 0, status
     layout = ParquetLayout(p.sink.path)
     table = source_db.table("orders")
     assert not layout.has_changes(table)
@@ -207,7 +205,7 @@ def test_a_batch_without_rows_of_the_captured_table_publishes_nothing(source_db,
 
     source_db.execute("UPDATE orders SET v = v + 1 WHERE id <= 5")
     p.stream()
-    assert p.state.read_status()["rows_emitted"] == 5
+    assert p.state.read_status().rows_emitted == 5
     got = changelog(spark, p.sink.path, table)
     assert sorted(got) == sorted(expected_changelog(source_db, seed, table, server_id)) and len(got) == 5
     assert sink_rows(spark, p.sink, p.secrets, table_types(source_db, "orders")) == source_rows(source_db, "orders")

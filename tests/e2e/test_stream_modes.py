@@ -1,4 +1,4 @@
-"""Issue 3 acceptance, stream modes: continuous (follows changes, stops gracefully on SIGTERM and on a stop
+"""Stream modes: continuous (follows changes, stops gracefully on SIGTERM and on a stop
 request, resumes from its checkpoint) and the GTID / timestamp startup modes."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import signal
 import time
 
 from .cdc_helpers import Pipeline, parquet_sink, sink_rows, source_rows, table_types, wait_until
-from .test_spark_pipeline import changelog, expected_changelog, make_orders
+from .test_spark_jobs import changelog, expected_changelog, make_orders
 
 SIGTERM_EXIT = 128 + signal.SIGTERM  # the JVM's exit status after SIGTERM, also when it stopped cleanly
 
@@ -36,7 +36,7 @@ def test_continuous_stream_follows_changes_and_stops_gracefully(source_db, tmp_p
         rc = proc.wait(120)
     assert rc == SIGTERM_EXIT, p.last_log("binlog_stream")
     status = p.state.read_status()
-    assert status["state"] == "stopped" and status["rows_emitted"] == 50, status
+    assert status.state == "stopped" and status.rows_emitted == 50, status
     assert "stream stopped" in p.last_log("binlog_stream")
 
     # 2) changes while it is down, then a restart from the checkpoint, stopped through the state store
@@ -46,7 +46,7 @@ def test_continuous_stream_follows_changes_and_stops_gracefully(source_db, tmp_p
         p.state.request_stop()
         rc = proc.wait(120)
     assert rc == 0, p.last_log("binlog_stream")
-    assert p.state.read_status()["state"] == "stopped"
+    assert p.state.read_status().state == "stopped"
 
     assert sink_rows(spark, p.sink, p.secrets, table_types(source_db, "orders")) == source_rows(source_db, "orders")
     got = changelog(spark, p.sink.path, source_db.table("orders"))

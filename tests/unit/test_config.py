@@ -1,7 +1,19 @@
-import pytest
+import json
+import subprocess
+import sys
+from pathlib import Path
 
-from airflow_cdc_provider.pipeline.config import ConfigError, load_config
+import jsonschema
+import pytest
+import yaml
+
+from airflow_cdc_provider.pipeline.config import ConfigError, load_config, pipeline_json_schema
+from airflow_cdc_provider.sinks.parquet import ParquetSinkSettings
+from airflow_cdc_provider.sinks.postgres import JdbcSinkSettings
 from airflow_cdc_provider.source.settings import ConnectionConfigError, ConnectionSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA_FILE = ROOT / "docs" / "pipeline.schema.json"
 
 GOOD = """
 source:
@@ -49,6 +61,103 @@ def test_errors_name_file_and_key(tmp_path, text, expected):
     message = str(exc.value).replace(f"{tmp_path}/", "")
     assert message.startswith(expected), message
     assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (GOOD.replace("500", "'5'"), "pipe.yaml: snapshot.chunk_size: must be an integer, got str '5'"),
+        (GOOD + "stream: {deferrable: 1}\n", "pipe.yaml: stream.deferrable: must be true/false, got int 1"),
+        (GOOD + "sink: {type: jdbc}\n", "pipe.yaml: sink.conn_id: required key is missing"),
+        (GOOD + "sink: {type: s3}\n", "pipe.yaml: sink.type: 's3' is not allowed (allowed: jdbc, parquet)"),
+        (GOOD + "sink: {type: jdbc, conn_id: pg, schem: x}\n",
+         "pipe.yaml: sink.schem: unknown key (did you mean 'schema'? allowed: type, conn_id, schema)"),
+        (GOOD + "sink: {type: parquet, conn_id: pg}\n", "pipe.yaml: sink.conn_id: unknown key (allowed: type, path)"),
+        (GOOD + "stream: {startup: {file: mysql-bin.000042, gtid: 0-1-5}}\n",
+         "pipe.yaml: stream.startup: must be initial, latest, earliest, {file: <binlog file>, pos: <position>} "
+         "(pos optional), {gtid: <GTID>} or {timestamp: <epoch seconds or ISO 8601 time>}, got dict"),
+        (GOOD + "stream: {startup: {file: mysql-bin.000042, pos: start}}\n",
+         "pipe.yaml: stream.startup: must be initial"),
+        (GOOD + "stream: {startup: sometimes}\n", "pipe.yaml: stream.startup: must be initial"),
+        (GOOD + "spark: {deploy_mode: cluser}\n",
+         "pipe.yaml: spark.deploy_mode: 'cluser' is not allowed (allowed: client, cluster)"),
+        (GOOD + "spark: {jars: [a.jar, 1]}\n",
+         "pipe.yaml: spark.jars: must be a string or a list of strings, got list"),
+        (GOOD.replace("[shop.orders]", "[shop.orders, '']"), "pipe.yaml: source.tables[1]: must be a non-empty string"),
+        (GOOD.replace("tables:", "chunk_key: {shop: id}\n  tables:"),
+         "pipe.yaml: source.chunk_key: key 'shop' must be a table name 'db.table'"),
+        (GOOD.replace("tables:", "chunk_key: {shop.events: []}\n  tables:"),
+         "pipe.yaml: source.chunk_key['shop.events']: must be a column name or a non-empty list of column names"),
+        (GOOD.replace("chunk_size: 500", "even_distribution_lower_bound: 1.5"),
+         "pipe.yaml: snapshot.even_distribution_lower_bound: must be at most 1"),
+        (GOOD + "state: [x]\n", "pipe.yaml: state: must be a mapping, got list ['x']"),
+        (GOOD + "tags: cdc\n", "pipe.yaml: tags: must be a list, got str 'cdc'"),
+    ],
+)
+def test_more_errors_name_file_and_key(tmp_path, text, expected):
+    with pytest.raises(ConfigError) as exc:
+        load_config(write(tmp_path, text))
+    message = str(exc.value).replace(f"{tmp_path}/", "")
+    assert message.startswith(expected), message
+    assert "\n" not in message
+
+
+def test_every_problem_of_a_file_is_reported_at_once(tmp_path):
+    text = GOOD.replace("chunk_size", "chunk_sise") + "stream: {mode: sometimes}\nspark: {connect_conn_id: 15002}\n"
+    with pytest.raises(ConfigError) as exc:
+        load_config(write(tmp_path, text))
+    lines = str(exc.value).replace(f"{tmp_path}/", "").splitlines()
+    assert len(lines) == 3, lines
+    assert lines[0].startswith("pipe.yaml: snapshot.chunk_sise: unknown key (did you mean 'chunk_size'? allowed: ")
+    assert lines[1] == "pipe.yaml: stream.mode: 'sometimes' is not allowed (allowed: available_now, continuous)"
+    assert lines[2] == "pipe.yaml: spark.connect_conn_id: must be a string, got int 15002"
+
+
+def test_sections_are_their_dataclasses(tmp_path):
+    assert load_config(write(tmp_path, GOOD)).sink == ParquetSinkSettings()
+    cfg = load_config(write(tmp_path, GOOD + "sink: {type: jdbc, conn_id: pg}\n"
+                                              "stream: {startup: {timestamp: 2026-11-21 10:00:00Z}}\n"
+                                              "spark: {jars: extra.jar}\n"))
+    assert cfg.sink == JdbcSinkSettings(conn_id="pg")
+    # an unquoted YAML time is a datetime: it is kept as text, as the job spec carrying it is JSON
+    assert cfg.stream.startup == {"timestamp": "2026-11-21T10:00:00+00:00"}
+    assert json.loads(json.dumps(cfg.stream.to_dict()))["startup"] == cfg.stream.startup
+    assert cfg.spark.jars == "extra.jar" and cfg.tags == ["cdc"]
+
+
+def test_published_json_schema_is_current():
+    expected = json.dumps(pipeline_json_schema(), indent=2, sort_keys=True) + "\n"
+    assert SCHEMA_FILE.read_text() == expected, (
+        "docs/pipeline.schema.json is stale; regenerate it with: python -c 'import json; from "
+        "airflow_cdc_provider.pipeline.config import pipeline_json_schema as s; "
+        "print(json.dumps(s(), indent=2, sort_keys=True))' > docs/pipeline.schema.json")
+
+
+@pytest.mark.parametrize("example", sorted((ROOT / "dags" / "pipelines").glob("*.yaml")), ids=lambda p: p.name)
+def test_json_schema_accepts_the_example_pipelines(example):
+    schema = pipeline_json_schema()
+    doc = yaml.safe_load(example.read_text())
+    assert set(doc) <= set(schema["properties"])
+    jsonschema.Draft202012Validator(schema).validate(doc)
+    load_config(example)
+
+
+def test_json_schema_is_as_strict_as_the_loader():
+    validator = jsonschema.Draft202012Validator(pipeline_json_schema())
+    source = {"conn_id": "shop", "tables": ["shop.orders"]}
+    assert validator.is_valid({"source": source, "sink": {"path": "/data"}})
+    assert validator.is_valid({"source": source, "sink": {"type": "jdbc", "conn_id": "pg"}})
+    assert validator.is_valid({"source": source, "stream": {"startup": {"file": "mysql-bin.000042", "pos": 4}}})
+    assert not validator.is_valid({"source": source, "sink": {"type": "jdbc"}})
+    assert not validator.is_valid({"source": source, "snapshot": {"chunk_sise": 5}})
+    assert not validator.is_valid({"source": source, "stream": {"startup": {"file": "x", "gtid": "0-1-5"}}})
+    assert not validator.is_valid({"snapshot": {}})
+
+
+def test_the_spark_side_does_not_import_pydantic():
+    code = "import sys, airflow_cdc_provider.pipeline.jobspec; print('pydantic' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 def test_missing_file(tmp_path):

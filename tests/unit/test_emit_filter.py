@@ -1,17 +1,20 @@
+"""The stream's emit filter: a change is emitted only if it is newer than its chunk's high watermark."""
+
 import pytest
 
 from airflow_cdc_provider.core.chunks import TableId
-from airflow_cdc_provider.core.emit_filter import build_emit_filter, compact_chunk_infos
-from airflow_cdc_provider.core.offsets import EventPosition
+from airflow_cdc_provider.core.emit_filter import build_emit_filter
+from airflow_cdc_provider.core.offsets import BinlogOffset, EventPosition
+from airflow_cdc_provider.core.reports import ChunkRange, compact_ranges
 
 F = "mariadb-bin.000001"
 T = TableId("db", "t")
 
 
 def report(index, start, end, hw_pos, table="db.t", hw_file=F):
-    return {"split_id": f"{table}:{index}", "table": table, "key_columns": ["id"],
-            "start": None if start is None else [start], "end": None if end is None else [end],
-            "high_watermark": {"file": hw_file, "pos": hw_pos, "gtid": None}}
+    """The range one chunk report gives the filter."""
+    return ChunkRange(TableId.parse(table), index, None if start is None else (start,),
+                      None if end is None else (end,), BinlogOffset(hw_file, hw_pos))
 
 
 REPORTS = [report(0, None, 100, 1000), report(1, 100, 200, 3000), report(2, 200, None, 2000)]
@@ -55,7 +58,6 @@ def test_a_missing_chunk_report_is_an_error_not_a_shifted_minimum():
 
 def test_key_order_is_used_for_lookup():
     reports = [report(0, None, "m", 10), report(1, "m", None, 20)]
-    reports = [dict(r, start=None if r["start"] is None else ["m"], end=None if r["end"] is None else ["m"]) for r in reports]
     casefold = lambda key: tuple(v.lower() for v in key)  # noqa: E731 - a case-insensitive "collation"
     f = build_emit_filter(reports, {"db.t": casefold})
     # 'Z' sorts before 'm' in Python but after it case-insensitively: chunk 1 (HW 20)
@@ -67,10 +69,8 @@ def test_chunks_of_one_watermark_window_are_one_entry_with_the_same_decisions():
     # chunks 1..3 were read in one window (same HW): the compacted infos decide exactly as the full reports
     reports = [report(0, None, 100, 1000), report(1, 100, 200, 3000), report(2, 200, 300, 3000),
                report(3, 300, 400, 3000), report(4, 400, None, 2000)]
-    for r in reports:
-        r["index"] = int(r["split_id"].rsplit(":", 1)[1])
-    compact = compact_chunk_infos(reports)
-    assert [(c["start"], c["end"], c["chunks"]) for c in compact] == [(None, [100], 1), ([100], [400], 3), ([400], None, 1)]
+    compact = compact_ranges(reports)
+    assert [(c.start, c.end, c.chunks) for c in compact] == [(None, (100,), 1), ((100,), (400,), 3), ((400,), None, 1)]
     full, small = build_emit_filter(reports), build_emit_filter(compact)
     assert len(small._tables[T].starts) == len(full._tables[T].starts) == 2  # the filter merges runs too
     for key in (-1, 99, 100, 250, 399, 400, 10_000):

@@ -8,7 +8,14 @@ import uuid
 
 import pytest
 
+from airflow_cdc_provider.core.chunks import Chunk, TableId
+from airflow_cdc_provider.core.offsets import BinlogOffset
+from airflow_cdc_provider.core.reports import ChunkReport
+from airflow_cdc_provider.pipeline.config import StreamConfig
 from airflow_cdc_provider.pipeline.jobspec import JobSpec
+from airflow_cdc_provider.sinks.base import SinkConfig
+from airflow_cdc_provider.source.settings import ConnectionSettings
+from airflow_cdc_provider.state.records import FinishedSnapshot, StreamSeed, StreamStatus
 from airflow_cdc_provider.state.storage import StorageError, read_text
 from airflow_cdc_provider.state.store import StateStore
 
@@ -23,15 +30,16 @@ def store(request, tmp_path):
 def test_reports_seed_status_and_stop_round_trip(store):
     store.ensure_writable()
     assert store.read_seed() is None and not store.stop_requested()
-    store.write_window_reports("db.t", 0, [{"table": "db.t", "index": 3, "rows": 5}])
-    store.write_finished_snapshot("db.t", {"table": "db.t", "epoch": 0})
-    store.write_finished_snapshot("db.u", {"table": "db.u", "epoch": 1})
-    store.write_seed({"start": {"file": "b.000001", "pos": 4}})
-    store.write_status({"state": "running"})
+    store.write_window_reports("db.t", 0, [report(3, 100)])
+    store.write_finished_snapshot(FinishedSnapshot("db.t", 0, (report(0, 100, start=None, end=None),)))
+    store.write_finished_snapshot(FinishedSnapshot("db.u", 1, (report(0, 100, "db.u", None, None),)))
+    store.write_seed(StreamSeed(BinlogOffset("b.000001", 4), {}))
+    store.write_status(StreamStatus("running", "continuous"))
     store.request_stop()
-    assert store.read_chunk_report("db.t", 0, 3) == {"table": "db.t", "index": 3, "rows": 5}
+    assert store.read_chunk_report("db.t", 0, 3) == report(3, 100)
     assert sorted(store.finished_tables()) == ["db.t", "db.u"]
-    assert store.read_seed()["start"]["pos"] == 4 and store.read_status()["state"] == "running"
+    assert store.finished_tables()["db.u"].chunks == (report(0, 100, "db.u", None, None),)
+    assert store.read_seed().start.pos == 4 and store.read_status().state == "running"
     assert store.stop_requested()
     store.clear_stop()
     store.clear_chunk_reports("db.t", 0, [3])
@@ -40,8 +48,10 @@ def test_reports_seed_status_and_stop_round_trip(store):
 
 
 def test_a_job_spec_is_read_back_from_the_location_the_operator_passes(store):
-    spec = JobSpec(pipeline="p", source={"host": "h"}, tables={"db.t": {}}, sink={"type": "parquet"},
-                   state_path=store.uri, server_id=7)
+    spec = JobSpec(pipeline="p", source=ConnectionSettings("h"), tables={"db.t": None, "db.u": ["a", "b"]},
+                   sink=SinkConfig("parquet", path="/x"), state_path=store.uri, server_id=7,
+                   chunks=[Chunk(TableId("db", "t"), 2, ("id",), (5,), None, epoch=9)],
+                   stream=StreamConfig(mode="continuous", startup={"gtid": "0-1-5"}), launch_id="abc")
     where = store.write_spec("x.json", spec.to_json())
     assert where.startswith(store.uri.rstrip("/")) and where.endswith("/specs/x.json")
     assert JobSpec.load(where) == spec
@@ -81,8 +91,9 @@ def test_an_unwritable_state_path_names_the_key(tmp_path):
         os.chmod(tmp_path / "ro", 0o700)
 
 
-def report(index: int, pos: int) -> dict:
-    return {"table": "db.t", "index": index, "high_watermark": {"file": "mysql-bin.000002", "pos": pos}}
+def report(index: int, pos: int, table: str = "db.t", start=(0,), end=(1,)) -> ChunkReport:
+    chunk = Chunk(TableId.parse(table), index, ("id",), start, end)
+    return ChunkReport(chunk, BinlogOffset("mysql-bin.000002", 4), BinlogOffset("mysql-bin.000002", pos), 5, 0, 0.1)
 
 
 def test_window_reports_regrouped_by_a_retry_keep_one_report_per_chunk(store):
@@ -95,10 +106,10 @@ def test_window_reports_regrouped_by_a_retry_keep_one_report_per_chunk(store):
     assert sorted(store.chunk_reports("db.t", 1)) == [0, 1, 6, 7]
     store.write_window_reports("db.t", 1, [report(i, 200) for i in range(2, 6)])
     got = store.chunk_reports("db.t", 1)
-    assert sorted(got) == list(range(8)) and [got[i]["high_watermark"]["pos"] for i in range(8)] == [100] * 2 + [200] * 4 + [100] * 2
+    assert sorted(got) == list(range(8)) and [got[i].high_watermark.pos for i in range(8)] == [100] * 2 + [200] * 4 + [100] * 2
     # a chunk in two files (two regrouped attempts racing): the later high watermark is the report
     store.write_window_reports("db.t", 1, [report(i, 300) for i in range(5, 7)])
-    assert [store.chunk_reports("db.t", 1)[i]["high_watermark"]["pos"] for i in (4, 5, 6, 7)] == [200, 300, 300, 100]
+    assert [store.chunk_reports("db.t", 1)[i].high_watermark.pos for i in (4, 5, 6, 7)] == [200, 300, 300, 100]
     store.clear_chunk_reports("db.t", 1, list(range(8)))
     assert store.chunk_reports("db.t", 1) == {}
     assert store.storage.listdir(store.epoch_rel("db.t", 1)) == []  # emptied files are gone

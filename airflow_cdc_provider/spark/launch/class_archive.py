@@ -1,16 +1,15 @@
 """JVM class-data sharing (AppCDS) for the spark-submit drivers started on this machine.
 
-Of the ~7.5 s a trivial spark-submit takes here before it ends, ~3 s go to loading and verifying Spark's
-classes. A JVM (13+) can dump the classes it loaded into an archive when it exits
-(``-XX:ArchiveClassesAtExit``), and later JVMs map that archive instead of loading the classes again
-(``-XX:SharedArchiveFile``): a trivial job then takes ~4.6 s. So each of our jobs (a chunk task, a stream
-launch) starts ~3 s sooner.
+Much of the time a trivial spark-submit takes before it ends goes to loading and verifying Spark's classes. A
+JVM (13+) can dump the classes it loaded into an archive when it exits (``-XX:ArchiveClassesAtExit``), and
+later JVMs map that archive instead of loading the classes again (``-XX:SharedArchiveFile``), so each of our
+jobs (a chunk task, a stream launch) starts sooner (docs/performance.md has the numbers).
 
 One archive per job and per Java/Spark installation, in a cache directory of this machine
 (``AIRFLOW_CDC_CLASS_ARCHIVE_DIR``, default ``~/.cache/airflow-cdc-provider/jvm``):
 
 * the first job of a kind claims the archive (an exclusive claim file) and dumps it when its JVM exits
-  (~9 s more, once); the operator then checks that the dump maps (a truncated archive would crash a JVM)
+  (once, a few seconds more); the operator then checks that the dump maps (a truncated archive would crash a JVM)
   and publishes it by rename, so no JVM ever sees a half-written archive;
 * later jobs map the published archive. A JVM whose version or class path differs from the dump's ignores
   the archive (the JVM checks this itself) and starts as it would without it;

@@ -4,9 +4,8 @@ from ``pyspark.zip``.
 Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` and py4j's zip first on the ``PYTHONPATH`` of every
 Python process it starts: a spark-submit's driver, the daemons that fork the workers, the planner processes
 of a Python data source. Python keeps no compiled bytecode for modules it imports from a zip, so each of
-these processes compiles PySpark's sources again: ``import pyspark.sql.streaming.python_streaming_source_runner``
-takes 1.0 s from the zip and 0.3 s from the installed package on this machine, and a stream job starts five
-such processes.
+these processes compiles PySpark's sources again, several times slower than importing the installed package
+with its bytecode, and a stream job starts five such processes.
 
 When spark-submit belongs to the pip-installed ``pyspark`` this interpreter imports (the embedded default),
 ``SPARK_HOME`` is that package's directory and the two zips hold the package's own files. The launcher, a

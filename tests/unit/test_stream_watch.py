@@ -4,14 +4,17 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
-from airflow_cdc_provider.pipeline.stream_watch import judge, process_alive
+from airflow_cdc_provider.hooks.spark_job import process_alive
+from airflow_cdc_provider.pipeline.stream_watch import judge
+from airflow_cdc_provider.state.records import StreamLaunch, StreamStatus
 
-LAUNCH = {"pid": 4242, "host": "h", "started_at": 1000.0, "log": "/x/job.log"}
+LAUNCH = StreamLaunch("", 1000.0, "/x/job.log", pid=4242, host="h")
 
 
 def status(state, updated_at, **kw):
-    return {"state": state, "updated_at": updated_at, "batches": 3, "rows_emitted": 7, **kw}
+    return StreamStatus(state, "continuous", updated_at=updated_at, batches=3, rows_emitted=7, **kw)
 
 
 def test_running_while_the_heartbeat_is_fresh():
@@ -35,7 +38,7 @@ def test_an_older_runs_status_does_not_count():
 
 
 def test_with_a_launch_id_only_that_launchs_status_counts_whatever_the_clocks_say():
-    launch = {**LAUNCH, "launch_id": "new"}
+    launch = replace(LAUNCH, launch_id="new")
     predecessor = status("running", 999.5, launch_id="old")  # a killed job's last beat, just before the relaunch
     assert judge(predecessor, launch, now=1001, heartbeat_timeout=60, alive=True).verdict == "starting"
     skewed = status("running", 990, launch_id="new")  # the new job on a host whose clock is 10 s behind

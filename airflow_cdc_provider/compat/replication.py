@@ -1,0 +1,180 @@
+"""The one place that reaches into python-mysql-replication's (and PyMySQL's) internals.
+
+The packet reader (``binlog_packets.py``) and the compiled row decoder (``row_decoder.py``) read binlog packets
+themselves and hand the library only what is rare. Doing so needs what the library keeps private: its connect
+steps, its checksum setting, the 17 positional arguments of ``BinLogPacketWrapper``, the raw packet read of the
+replication connection and the read position inside a packet. None of that is a promise of the library; a
+release may rename or reorder any of it, and a wrongly ordered argument would decode silently wrong.
+
+So every such name is used here and nowhere else, and ``check_supported`` refuses, before the first connection,
+a library outside the versions this was written and tested against, or one that lacks any of these internals,
+with one error that says what to install.
+"""
+
+from __future__ import annotations
+
+import inspect
+import operator
+import struct
+from types import SimpleNamespace
+from typing import Any, Callable
+
+from pymysql.connections import Connection
+from pymysql.protocol import MysqlPacket
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.packet import BinLogPacketWrapper
+
+from airflow_cdc_provider.compat import versions
+from airflow_cdc_provider.source.server import SourceError
+
+DISTRIBUTION = "mysql-replication"
+SUPPORTED = ">=1.0.17,<1.1"  # as setup.cfg's install_requires
+INSTALL = f"pip install '{DISTRIBUTION}{SUPPORTED}'"
+
+# The reader's private attributes used here, set by its __init__ (hence checked on an instance).
+_READER_ATTRIBUTES = tuple(f"_BinLogStreamReader__{name}" for name in (
+    "connected_stream", "connected_ctl", "use_checksum", "allowed_events_in_packet", "only_tables",
+    "ignored_tables", "only_schemas", "ignored_schemas", "freeze_schema", "ignore_decode_errors",
+    "verify_checksum", "optional_meta_data", "enable_logging", "use_column_name_cache", "post_header_lengths",
+)) + ("table_map", "mysql_version")
+_READER_METHODS = ("_BinLogStreamReader__connect_to_stream", "_BinLogStreamReader__connect_to_ctl")
+# BinLogPacketWrapper's parameters, in the order ``library_event`` passes them.
+_WRAPPER_PARAMETERS = (
+    "from_packet", "table_map", "ctl_connection", "mysql_version", "use_checksum", "allowed_events",
+    "only_tables", "ignored_tables", "only_schemas", "ignored_schemas", "freeze_schema", "ignore_decode_errors",
+    "verify_checksum", "optional_meta_data", "enable_logging", "use_column_name_cache", "post_header_lengths",
+)
+_WRAPPER_ATTRIBUTES = ("_BinLogPacketWrapper__data_buffer", "read_bytes", "packet")
+_PACKET_ATTRIBUTES = ("_data", "_position", "is_eof_packet")
+_CONNECTIONS = ("_stream_connection", "_ctl_connection")  # set by the reader's connect steps
+
+_supported = False  # check_supported passed once in this process
+
+
+class UnsupportedLibrary(versions.UnsupportedLibrary, SourceError):
+    """The installed python-mysql-replication is not one whose internals this provider was written against."""
+
+
+def installed_version() -> str:
+    return versions.installed_version(DISTRIBUTION)
+
+
+def check_supported() -> None:
+    """Refuse an unsupported python-mysql-replication before anything relies on its internals (once per
+    process: the installed library does not change under a running process)."""
+    global _supported
+    if _supported:
+        return
+    check_library(installed_version())
+    _supported = True
+
+
+def check_library(version: str, reader_class: type = BinLogStreamReader,
+                  wrapper_class: type = BinLogPacketWrapper) -> None:
+    """Raise ``UnsupportedLibrary`` unless ``version`` is in ``SUPPORTED`` and the classes have every internal
+    used here: a renamed attribute would otherwise surface as an AttributeError deep in a read, and a reordered
+    ``BinLogPacketWrapper`` argument as silently wrong values."""
+    versions.require("python-mysql-replication", version, SUPPORTED, INSTALL, "reads its internals",
+                     lambda: missing_internals(reader_class, wrapper_class), UnsupportedLibrary)
+
+
+def missing_internals(reader_class: type = BinLogStreamReader,
+                      wrapper_class: type = BinLogPacketWrapper) -> list[str]:
+    """What this module uses that the classes lack, checked on throwaway instances (no connection is opened):
+    most of the names are instance attributes set by the constructors."""
+    missing = [f"{reader_class.__name__}.{name}" for name in _READER_METHODS
+               if not callable(getattr(reader_class, name, None))]
+    if not callable(getattr(Connection, "_read_packet", None)):
+        missing.append("pymysql Connection._read_packet")
+    try:
+        reader = reader_class(connection_settings={}, server_id=1, enable_logging=False)
+    except Exception as e:  # noqa: BLE001 - any failure means the constructor is not the one known here
+        missing.append(f"{reader_class.__name__}(connection_settings, server_id, enable_logging): {e!r}")
+    else:
+        missing += [f"{reader_class.__name__}().{name}" for name in _READER_ATTRIBUTES if not hasattr(reader, name)]
+    try:
+        parameters = tuple(inspect.signature(wrapper_class.__init__).parameters)[1:]
+    except (TypeError, ValueError) as e:
+        parameters = (repr(e),)
+    if parameters != _WRAPPER_PARAMETERS:
+        missing.append(f"{wrapper_class.__name__}.__init__ parameters ({', '.join(_WRAPPER_PARAMETERS)}), "
+                       f"found ({', '.join(parameters)})")
+        return missing
+    # A header-only packet of an event type nobody asked for: the wrapper reads the header and stops.
+    packet = MysqlPacket(b"\x00" + struct.pack("<IBIIIH", 0, 0, 1, 19, 0, 0), "utf8")
+    try:
+        wrapper = wrapper_class(packet, {}, SimpleNamespace(charset="utf8"), (0, 0, 0), False, frozenset(),
+                                None, None, None, None, False, False, False, False, False, False, None)
+    except Exception as e:  # noqa: BLE001 - as above
+        missing.append(f"{wrapper_class.__name__} of a header-only packet: {e!r}")
+    else:
+        missing += [f"{wrapper_class.__name__}().{name}" for name in _WRAPPER_ATTRIBUTES if not hasattr(wrapper, name)]
+    missing += [f"pymysql MysqlPacket().{name}" for name in _PACKET_ATTRIBUTES if not hasattr(packet, name)]
+    return missing
+
+
+# -- the stream ---------------------------------------------------------------------------------------------
+def connect(stream: BinLogStreamReader) -> None:
+    """Open the replication and control connections as the library's ``fetchone`` does before its first read,
+    so that the packets read here follow the library's own handshake (checksum, MariaDB capabilities,
+    ``COM_BINLOG_DUMP``)."""
+    check_supported()
+    if not stream._BinLogStreamReader__connected_stream:
+        stream._BinLogStreamReader__connect_to_stream()
+    if not stream._BinLogStreamReader__connected_ctl:  # (the stream's connect may have opened it already)
+        stream._BinLogStreamReader__connect_to_ctl()
+    missing = [name for name in _CONNECTIONS if not hasattr(stream, name)]
+    if missing:
+        raise UnsupportedLibrary(
+            f"python-mysql-replication {installed_version()}: its connect steps no longer set {', '.join(missing)}; "
+            f"supported: {DISTRIBUTION}{SUPPORTED}; reinstall a supported version: {INSTALL}")
+
+
+def packet_reader(stream: BinLogStreamReader) -> Callable[[], Any]:
+    """The replication connection's raw packet read (after ``connect``), to bind once before a packet loop:
+    what ``fetchone`` calls, without its per-packet wrapper and event objects."""
+    return stream._stream_connection._read_packet
+
+
+# A packet's bytes: the OK byte, the 19-byte event header, the body, the checksum if any. A C-level getter,
+# for the packet loop runs it once per binlog event.
+packet_bytes: Callable[[Any], bytes] = operator.attrgetter("_data")
+
+
+def uses_checksum(stream: BinLogStreamReader) -> bool:
+    """Whether each event ends in a 4-byte CRC32 (the server's binlog_checksum, read by ``connect``)."""
+    return stream._BinLogStreamReader__use_checksum
+
+
+def set_post_header_lengths(stream: BinLogStreamReader, lengths: Any) -> None:
+    """Keep the library's post-header lengths those of the last FORMAT_DESCRIPTION, as ``fetchone`` does: the
+    library's row events read their post-header by them."""
+    stream._BinLogStreamReader__post_header_lengths = lengths
+
+
+def library_event(stream: BinLogStreamReader, packet: Any) -> Any:
+    """The library's event of a packet (None for one its filters leave out), made exactly as ``fetchone``
+    makes it: the same wrapper, with the stream's own settings."""
+    s = stream
+    return BinLogPacketWrapper(
+        packet, s.table_map, s._ctl_connection, s.mysql_version, s._BinLogStreamReader__use_checksum,
+        s._BinLogStreamReader__allowed_events_in_packet, s._BinLogStreamReader__only_tables,
+        s._BinLogStreamReader__ignored_tables, s._BinLogStreamReader__only_schemas,
+        s._BinLogStreamReader__ignored_schemas, s._BinLogStreamReader__freeze_schema,
+        s._BinLogStreamReader__ignore_decode_errors, s._BinLogStreamReader__verify_checksum,
+        s._BinLogStreamReader__optional_meta_data, s._BinLogStreamReader__enable_logging,
+        s._BinLogStreamReader__use_column_name_cache, s._BinLogStreamReader__post_header_lengths,
+    ).event
+
+
+# -- a library row event --------------------------------------------------------------------------------------
+def row_body(event: Any) -> tuple[bytes, int, int] | None:
+    """The packet bytes of a library row event and the ``[start, end)`` of its row images (checksum excluded),
+    still unread by the library; None once the library has pushed bytes back into its own buffer, for then the
+    packet's position is no longer where the images start."""
+    wrapper = event.packet
+    if wrapper._BinLogPacketWrapper__data_buffer:
+        return None
+    packet = wrapper.packet
+    pos = packet._position
+    return packet._data, pos, pos + event.event_size - wrapper.read_bytes

@@ -1,0 +1,112 @@
+"""The one place that reaches into apache-airflow-providers-apache-spark's internals.
+
+``SparkSubmitOperator`` / ``SparkSubmitHook`` have no public way to build the spark-submit command without
+running it (a detached stream launch needs the command), to read the resolved connection (master, deploy
+mode, REST endpoint), to give spark-submit's own process an environment variable (standalone cluster mode
+forwards it to the driver, which is how secrets avoid argv and Spark conf), to learn a cluster driver's id,
+or to set the application's main class after construction. These functions do it, for the provider versions
+in ``SUPPORTED``; ``check_supported`` refuses any other version, or one that lacks one of these internals, with
+one error saying what to install, instead of an ``AttributeError`` in the middle of a task.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from airflow_cdc_provider.compat import versions
+
+DISTRIBUTION = "apache-airflow-providers-apache-spark"
+SUPPORTED = ">=6.3,<7"  # as setup.cfg's install_requires
+INSTALL = f"pip install '{DISTRIBUTION}{SUPPORTED}'"
+# attributes the hook's / operator's __init__ sets (read or written here), and methods called here
+_HOOK_ATTRIBUTES = ("_connection", "_env", "_driver_id")
+_HOOK_METHODS = ("_build_spark_submit_command", "submit")
+_OPERATOR_ATTRIBUTES = ("_hook", "_java_class", "_spark_binary")
+_OPERATOR_METHODS = ("_get_hook", "execute")
+
+_supported = False  # check_supported passed once in this process
+
+
+class UnsupportedSparkProvider(versions.UnsupportedLibrary):
+    """The installed Spark provider is not one whose internals this provider was written against."""
+
+
+def missing_internals(hook_class: type | None = None, operator_class: type | None = None) -> list[str]:
+    """The internals used here that these classes (the installed provider's by default) lack."""
+    if hook_class is None or operator_class is None:
+        from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+        from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+        hook_class, operator_class = hook_class or SparkSubmitHook, operator_class or SparkSubmitOperator
+    missing = []
+    for cls, attributes, methods in ((hook_class, _HOOK_ATTRIBUTES, _HOOK_METHODS),
+                                     (operator_class, _OPERATOR_ATTRIBUTES, _OPERATOR_METHODS)):
+        init = inspect.getsource(cls.__init__)
+        missing += [f"{cls.__name__}.{a}" for a in attributes
+                    if f"self.{a} =" not in init and f"self.{a}:" not in init]
+        missing += [f"{cls.__name__}.{m}()" for m in methods if not callable(getattr(cls, m, None))]
+    return missing
+
+
+def check_library(version: str, hook_class: type | None = None, operator_class: type | None = None) -> None:
+    """Raise ``UnsupportedSparkProvider`` unless ``version`` is in ``SUPPORTED`` and nothing used here is missing."""
+    versions.require(DISTRIBUTION, version, SUPPORTED, INSTALL, "drives its spark-submit hook through internals",
+                     lambda: missing_internals(hook_class, operator_class), UnsupportedSparkProvider)
+
+
+def check_supported() -> None:
+    """Refuse an unsupported provider before anything relies on its internals (once per process)."""
+    global _supported
+    if not _supported:
+        check_library(versions.installed_version(DISTRIBUTION))
+        _supported = True
+
+
+def new_submit_hook(operator: Any) -> Any:
+    """A ``SparkSubmitHook`` built from the operator's arguments, as its ``execute`` would build it."""
+    check_supported()
+    return operator._get_hook()
+
+
+def use_submit_hook(operator: Any, process_env: dict[str, str] | None = None) -> Any:
+    """Build the hook the operator's ``execute`` will use now (from its current arguments), with
+    ``process_env`` added to spark-submit's own environment; returns it."""
+    hook = new_submit_hook(operator)
+    if process_env:
+        hook._env = {**(hook._env or {}), **process_env}
+    operator._hook = hook
+    return hook
+
+
+def forget_submit_hook(operator: Any) -> None:
+    """The operator's arguments changed: its ``execute`` must build a new hook."""
+    operator._hook = None
+
+
+def resolved_connection(hook: Any) -> dict[str, Any]:
+    """The Spark connection as the hook resolved it: ``master``, ``deploy_mode``, ``rest_endpoint``, ..."""
+    return hook._connection
+
+
+def submit_command(hook: Any, application: str) -> list[str]:
+    """The spark-submit command line the hook would run for ``application`` (secrets are never in it)."""
+    return hook._build_spark_submit_command(application)
+
+
+def process_env(hook: Any) -> dict[str, str]:
+    """The environment the hook gives spark-submit's process, over the caller's own."""
+    return dict(hook._env or {})
+
+
+def driver_id(hook: Any) -> str | None:
+    """The standalone cluster driver id the hook read from spark-submit's output, after ``submit``."""
+    return hook._driver_id
+
+
+def set_main_class(operator: Any, name: str) -> None:
+    operator._java_class = name
+
+
+def spark_binary(operator: Any) -> str | None:
+    return operator._spark_binary

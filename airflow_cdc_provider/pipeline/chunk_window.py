@@ -1,0 +1,136 @@
+"""The watermark read of consecutive chunks of one table (DBLog / Flink CDC 2.0), without locks, step by step.
+
+1. ``LW`` = the binlog position now;
+2. SELECT the chunks' rows (autocommit, no lock, no ORDER BY); the read must happen here, between the
+   watermarks;
+3. ``HW`` = the binlog position now;
+4. if ``HW > LW``: read the binlog window ``[LW, HW)`` of the table and keep the last change of every key
+   inside the chunks (``core.window``); folded onto the rows, they give the chunks exactly as of ``HW``.
+
+``read_window`` runs these steps for both readers: the Spark snapshot job (``spark.snapshot``, rows in a
+DataFrame, folded by a keyed anti-join) and ``read_chunk`` below (rows in a dict, in this process: what tests
+run DML against at a precise moment). Only the SELECT and the fold differ. ``checkpoint(point)`` is called
+after each step (``after_low_watermark``, ``after_select``, ``after_high_watermark``): the tests' hooks and
+the fault injection switch use these points.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, TypeVar
+
+import pymysql
+
+from airflow_cdc_provider.core.chunks import Chunk, chunk_locator
+from airflow_cdc_provider.core.keys import Key
+from airflow_cdc_provider.core.offsets import BinlogOffset
+from airflow_cdc_provider.core.records import key_of
+from airflow_cdc_provider.core.reports import ChunkReport
+from airflow_cdc_provider.core.window import LastChanges, fold_rows, window_changes
+from airflow_cdc_provider.source.binlog import read_changes_between
+from airflow_cdc_provider.source.chunk_queries import select_chunk_sql
+from airflow_cdc_provider.source.connection import connect
+from airflow_cdc_provider.source.key_order import DatabaseKeyOrder
+from airflow_cdc_provider.source.schema import TableSchema
+from airflow_cdc_provider.source.server import ServerInfo, current_offset, server_info
+from airflow_cdc_provider.source.settings import ConnectionSettings
+from airflow_cdc_provider.source.values import RowCanonicalizer
+
+T = TypeVar("T")
+Checkpoint = Callable[[str], None]
+CHECKPOINTS = ("after_low_watermark", "after_select", "after_high_watermark")
+
+
+def no_checkpoint(point: str) -> None:
+    pass
+
+
+@dataclass
+class WindowChanges:
+    """What the binlog did to a window's chunks between its watermarks."""
+
+    low: BinlogOffset
+    high: BinlogOffset
+    last: LastChanges = field(default_factory=dict)  # key -> its newest change, with its chunk index
+    applied: Counter = field(default_factory=Counter)  # chunk index -> changes of its keys in the window
+
+    @property
+    def touched(self) -> set[int]:
+        """The chunks whose rows the window changed."""
+        return {index for _, index in self.last.values()}
+
+
+def read_window(conn: Any, info: ServerInfo, settings: ConnectionSettings, server_id: int, schema: TableSchema,
+                order: DatabaseKeyOrder, chunks: list[Chunk], select: Callable[[BinlogOffset], T],
+                checkpoint: Checkpoint = no_checkpoint) -> tuple[T, WindowChanges]:
+    """Steps 1-4 for the consecutive ``chunks``: ``select(low_watermark)`` reads their rows (and must force the
+    read); returns what it returned and the window's changes, ready to fold."""
+    low = current_offset(conn, info)
+    checkpoint("after_low_watermark")
+    selected = select(low)
+    checkpoint("after_select")
+    high = current_offset(conn, info)
+    checkpoint("after_high_watermark")
+    changes = WindowChanges(low, high)
+    if high > low:
+        records = list(read_changes_between(settings, server_id, low, high, {schema.table: schema}))
+        if order.needs_database:
+            order.prefetch([r.key for r in records] + [k for c in chunks for k in (c.start, c.end) if k is not None])
+        changes.last, changes.applied = window_changes(records, chunk_locator(chunks, order))
+    return selected, changes
+
+
+def chunk_reports(chunks: list[Chunk], changes: WindowChanges, counts: dict[int, int], seconds: float
+                  ) -> list[ChunkReport]:
+    """One report per chunk of a window (they share its watermarks)."""
+    return [ChunkReport(c, changes.low, changes.high, int(counts.get(c.index, 0)), changes.applied[c.index],
+                        round(seconds, 3)) for c in chunks]
+
+
+# -- in process ---------------------------------------------------------------------------------------
+@dataclass
+class ChunkReadHooks:
+    """Called between the steps of ``read_chunk`` (tests run concurrent DML at these moments)."""
+
+    after_low_watermark: Callable[[], None] | None = None
+    after_select: Callable[[], None] | None = None
+    after_high_watermark: Callable[[], None] | None = None
+
+    def checkpoint(self, point: str) -> None:
+        hook = getattr(self, point)
+        if hook is not None:
+            hook()
+
+
+@dataclass
+class ChunkReadResult:
+    report: ChunkReport
+    rows: dict[Key, dict[str, Any]]
+
+
+def read_chunk(settings: ConnectionSettings, schema: TableSchema, chunk: Chunk, *, server_id: int,
+               hooks: ChunkReadHooks | None = None) -> ChunkReadResult:
+    """One chunk read in this process, rows as canonical dicts: the chunk exactly as of its HW."""
+    t0 = time.monotonic()
+    with contextlib.closing(connect(settings)) as conn:
+        canon = RowCanonicalizer(schema)
+
+        def select(low_watermark: BinlogOffset) -> dict[Key, dict[str, Any]]:
+            rows = {}
+            sql, params = select_chunk_sql(schema, chunk)
+            with conn.cursor(pymysql.cursors.SSCursor) as cur:
+                cur.execute(sql, params)
+                for raw in cur:
+                    row = canon.from_select(raw)
+                    rows[key_of(row, schema.key_columns)] = row
+            return rows
+
+        rows, changes = read_window(conn, server_info(conn), settings, server_id, schema,
+                                    DatabaseKeyOrder(conn, schema), [chunk], select,
+                                    (hooks or ChunkReadHooks()).checkpoint)
+    rows = fold_rows(rows, changes.last)
+    report, = chunk_reports([chunk], changes, {chunk.index: len(rows)}, time.monotonic() - t0)
+    return ChunkReadResult(report, rows)

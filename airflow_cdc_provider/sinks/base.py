@@ -1,0 +1,129 @@
+"""What every sink is: the metadata columns it writes, its runtime configuration, and the interface the
+pipeline's steps call. A sink type plugs in through ``sinks.registry``; nothing else names sink types.
+
+Every row written carries the metadata columns below. The version ``(_cdc_file_seq, _cdc_pos, _cdc_row)``
+totally orders the changes of one key: a change's binlog position, or for snapshot rows their chunk's high
+watermark with row -1 (so every later change of the key is newer). Sinks keep, per key, the row with the
+highest version, which is what makes retries, replays and re-snapshots converge.
+
+Who calls what:
+
+* the Airflow side (no Spark): ``resolve`` (YAML section -> ``SinkConfig`` + secrets), ``check_writable``
+  (validate step), ``finish_snapshot`` (collect step: make a completed epoch the table's current one);
+* the snapshot job: ``prepare`` once per table, then per watermark window ``open_window`` (it forces the
+  window's read between the watermarks) and the returned window's ``publish`` once the HW is known;
+* the stream job: ``write_changes`` per micro-batch and table, idempotent per batch id;
+* ``verify`` and ``materialize``: ``current_state``, the table as the sink holds it now (a DataFrame).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Mapping, Protocol
+
+META_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("_cdc_op", "string"),  # r snapshot read, c insert, u update (after image), d delete (before image)
+    ("_cdc_ts_ms", "bigint"),  # event time in ms since the epoch; 0 for snapshot rows
+    ("_cdc_file_seq", "bigint"),  # binlog file sequence number (mysql-bin.000042 -> 42)
+    ("_cdc_pos", "bigint"),  # start of the row event (or the chunk's high watermark position)
+    ("_cdc_row", "int"),  # row index in the event; -1 for snapshot rows
+)
+META_NAMES = tuple(n for n, _ in META_COLUMNS)
+VERSION_COLUMNS = ("_cdc_file_seq", "_cdc_pos", "_cdc_row")
+CHUNK_COLUMN = "__cdc_chunk"  # a snapshot window's rows: the index of each row's chunk
+
+Hook = Callable[[], None]
+Version = tuple[int, int, int]
+
+
+class SinkError(RuntimeError):
+    pass
+
+
+@dataclass
+class SinkConfig:
+    """A sink as the jobs get it (in the job spec): no secrets. ``path`` for file sinks; ``conn`` (connection
+    fields without the password) and ``schema`` for database sinks, whose password travels in the job's
+    secrets as ``sink_password``."""
+
+    type: str = "parquet"
+    path: str | None = None
+    conn: dict[str, Any] = field(default_factory=dict)
+    schema: str = "public"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "SinkConfig":
+        return cls(**data)
+
+
+class SnapshotWindow(Protocol):
+    """One watermark window's rows on their way into the sink: read (and counted) between the watermarks,
+    published under the window's high watermark once it is known."""
+
+    counts: dict[int, int]  # rows per chunk index, as read between the watermarks
+
+    def rows(self):
+        """The window's rows as read: data columns and ``CHUNK_COLUMN``, to fold the binlog window into."""
+
+    def publish(self, folded, version: Version, mid_write: Hook) -> list[int]:
+        """Write the rows (``folded`` if the binlog window changed some, else as read) with ``version``; return
+        the indexes of other chunks whose rows an earlier, differently grouped attempt took with it (their
+        reports must be dropped so they are read again)."""
+
+
+class Sink(abc.ABC):
+    """The interface of a sink type; ``type`` is its ``sink.type`` name, ``settings`` the dataclass of its YAML
+    section (validated with the rest of the pipeline file)."""
+
+    type: ClassVar[str]
+    settings: ClassVar[type]
+    # whether the sink's writes run our Python code on the executors (a Spark Connect server's Python workers
+    # then need this package shipped to the session)
+    writes_from_executors: ClassVar[bool] = False
+
+    def __init__(self, config: SinkConfig, secrets: Mapping[str, str], spark: Any = None) -> None:
+        self.config = config
+        self.secrets = dict(secrets)
+        self.spark = spark
+
+    # -- the Airflow side ------------------------------------------------------------------------------
+    @classmethod
+    @abc.abstractmethod
+    def resolve(cls, settings: Any, data_dir: Path) -> tuple[SinkConfig, dict[str, str]]:
+        """The YAML section as the jobs get it, and its secrets; ``data_dir`` holds the pipeline's defaults."""
+
+    def check_writable(self) -> list[str]:
+        """Problems that would stop the first write, each saying which key to change (validate step)."""
+        return []
+
+    @abc.abstractmethod
+    def describe(self) -> str:
+        """Where the rows go, without secrets."""
+
+    @abc.abstractmethod
+    def finish_snapshot(self, table: str, epoch: int, min_low_watermark: Version) -> None:
+        """Make a completed snapshot epoch of ``table`` its current one (every chunk of it is written)."""
+
+    # -- the Spark jobs ---------------------------------------------------------------------------------
+    def prepare(self, types) -> None:
+        """Once per table and job, before the first write (create the table, record its schema)."""
+
+    @abc.abstractmethod
+    def open_window(self, rows, types, epoch: int, indexes: list[int], low_watermark: Version,
+                    retried: set[int]) -> SnapshotWindow:
+        """Start writing a watermark window's ``rows`` (data columns and ``CHUNK_COLUMN``): the read must
+        happen now, between the watermarks. ``retried``: chunks an earlier attempt may have written part of."""
+
+    @abc.abstractmethod
+    def write_changes(self, df, types, batch_id: int, mid_write: Hook, rows: Callable[[], int]) -> None:
+        """One stream micro-batch of one table (data columns and metadata), idempotent per ``batch_id``;
+        ``rows()`` is how many rows ``df`` held, known once it is written."""
+
+    @abc.abstractmethod
+    def current_state(self, types, include_meta: bool = False):
+        """The table as the sink holds it now: the newest version per key, deletes gone (a DataFrame)."""

@@ -1,0 +1,179 @@
+"""The records the pipeline's steps hand each other through the state store (and XCom), one JSON form each.
+
+    TablePlan        plan_chunks -> collect_watermarks: a table's snapshot epoch and its chunk count
+    FinishedSnapshot collect_watermarks: a table's completed epoch with every chunk's report
+    StreamSeed       collect_watermarks -> stream: where the stream starts, and per table what its snapshot holds
+    StreamLaunch     stream task: the launched job (pid and host, or a cluster driver) and its launch id
+    StreamStatus     stream job -> stream task, trigger, CLI: the job's heartbeat
+
+Chunk reports themselves are ``core.reports.ChunkReport``. Dicts with string keys stop at ``from_dict``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from airflow_cdc_provider.core.offsets import BinlogOffset
+from airflow_cdc_provider.core.reports import ChunkRange, ChunkReport, compact_ranges
+
+
+def _offset(data: Mapping[str, Any] | None) -> BinlogOffset | None:
+    return BinlogOffset.from_dict(data) if data else None
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """A table the plan step snapshots in this run: the epoch of that snapshot and how many chunks it has."""
+
+    epoch: int
+    chunks: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "chunks": self.chunks}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "TablePlan":
+        return cls(int(data["epoch"]), int(data["chunks"]))
+
+
+@dataclass(frozen=True)
+class FinishedSnapshot:
+    """A table's snapshot epoch for which every chunk reported, contiguously."""
+
+    table: str
+    epoch: int
+    chunks: tuple[ChunkReport, ...]  # in chunk order
+    finished_at: float = field(default_factory=time.time)
+
+    @property
+    def min_low_watermark(self) -> BinlogOffset:
+        return min(r.low_watermark for r in self.chunks)
+
+    @property
+    def max_high_watermark(self) -> BinlogOffset:
+        return max(r.high_watermark for r in self.chunks)
+
+    @property
+    def rows(self) -> int:
+        return sum(r.rows for r in self.chunks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"table": self.table, "epoch": self.epoch, "chunks": [r.to_dict() for r in self.chunks],
+                "min_low_watermark": self.min_low_watermark.to_dict(),
+                "max_high_watermark": self.max_high_watermark.to_dict(), "rows": self.rows,
+                "finished_at": self.finished_at}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "FinishedSnapshot":
+        chunks = tuple(sorted((ChunkReport.from_dict(r) for r in data["chunks"]), key=lambda r: r.index))
+        return cls(data["table"], int(data["epoch"]), chunks, float(data.get("finished_at") or 0))
+
+
+@dataclass(frozen=True)
+class TableSeed:
+    """What the stream must know of one table's finished snapshot: its chunk ranges (compacted) for the emit
+    filter; past ``max_high_watermark`` every change of the table is emitted."""
+
+    epoch: int
+    chunks: tuple[ChunkRange, ...]
+    max_high_watermark: BinlogOffset
+
+    @classmethod
+    def of(cls, snapshot: FinishedSnapshot) -> "TableSeed":
+        return cls(snapshot.epoch, tuple(compact_ranges(r.range for r in snapshot.chunks)), snapshot.max_high_watermark)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "chunks": [c.to_dict() for c in self.chunks],
+                "max_high_watermark": self.max_high_watermark.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "TableSeed":
+        return cls(int(data["epoch"]), tuple(ChunkRange.from_dict(c) for c in data["chunks"]),
+                   BinlogOffset.from_dict(data["max_high_watermark"]))
+
+
+@dataclass(frozen=True)
+class StreamSeed:
+    """Where a stream without a checkpoint starts (the smallest high watermark of every finished table's
+    chunks), and the tables it captures with what their snapshots hold."""
+
+    start: BinlogOffset
+    tables: dict[str, TableSeed]
+    created_at: float = field(default_factory=time.time)
+
+    @classmethod
+    def of(cls, finished: Mapping[str, FinishedSnapshot]) -> "StreamSeed":
+        start = min(r.high_watermark for snap in finished.values() for r in snap.chunks)
+        return cls(start, {name: TableSeed.of(snap) for name, snap in finished.items()})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"start": self.start.to_dict(), "tables": {t: s.to_dict() for t, s in self.tables.items()},
+                "created_at": self.created_at}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "StreamSeed":
+        return cls(BinlogOffset.from_dict(data["start"]),
+                   {t: TableSeed.from_dict(s) for t, s in (data.get("tables") or {}).items()},
+                   float(data.get("created_at") or 0))
+
+
+@dataclass(frozen=True)
+class StreamLaunch:
+    """A launched stream job: a local spark-submit (``pid`` on ``host``) or a standalone cluster driver
+    (``driver_id`` at ``rest_url``). ``launch_id`` is written into every status of that job."""
+
+    launch_id: str
+    started_at: float
+    log: str
+    pid: int | None = None
+    host: str | None = None
+    driver_id: str | None = None
+    rest_url: str | None = None
+
+    @property
+    def name(self) -> str:
+        """How messages name the job."""
+        return f"driver {self.driver_id}" if self.driver_id else f"pid {self.pid} on {self.host}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "StreamLaunch":
+        return cls(str(data.get("launch_id") or ""), float(data.get("started_at") or 0), str(data.get("log") or ""),
+                   data.get("pid"), data.get("host"), data.get("driver_id"), data.get("rest_url"))
+
+
+RUNNING_STATES = ("starting", "running")
+FINAL_STATES = ("finished", "stopped", "failed")
+
+
+@dataclass(frozen=True)
+class StreamStatus:
+    """The stream job's heartbeat, written after every batch and every few seconds while idle."""
+
+    state: str  # starting | running | finished (available_now caught up) | stopped (on request) | failed
+    mode: str
+    launch_id: str | None = None
+    pid: int | None = None
+    last_offset: BinlogOffset | None = None  # the last batch's end: where a restart resumes
+    lag_seconds: float = 0.0
+    rows_emitted: int = 0
+    batches: int = 0
+    batch_id: int | None = None
+    app_id: str | None = None
+    ui_url: str | None = None
+    updated_at: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        out["last_offset"] = self.last_offset.to_dict() if self.last_offset else None
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "StreamStatus":
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        known["last_offset"] = _offset(data.get("last_offset"))
+        return cls(**known)
