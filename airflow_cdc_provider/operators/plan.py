@@ -9,7 +9,7 @@ from typing import Any, Sequence
 from airflow.sdk import BaseOperator
 
 from airflow_cdc_provider.core.chunks import ChunkTask
-from airflow_cdc_provider.pipeline.plan import plan_chunks
+from airflow_cdc_provider.pipeline.plan import plan_chunks, startup_seed
 from airflow_cdc_provider.pipeline.resolve import load_pipeline
 from airflow_cdc_provider.source.validation import SourceValidationError
 from airflow_cdc_provider.state.records import TablePlan
@@ -47,7 +47,9 @@ class PlanChunksOperator(BaseOperator):
     """Split the tables that need a snapshot into key-range chunks; return one spec per mapped chunk task.
 
     A table needs a snapshot unless the state store holds a finished one; ``dag_run.conf["resnapshot"]``
-    (a list of ``db.table``) forces one. The list never exceeds ``[core] max_map_length``: chunks are
+    (a list of ``db.table``) forces one. With ``stream.startup`` other than ``initial`` no table is snapshotted
+    unless named there: the first run records where the stream starts (``latest``: the position now), so no
+    change between this run's start and the stream's launch is missed. The list never exceeds ``[core] max_map_length``: chunks are
     grouped into more per task when there are more. The per-table plan (epoch, chunk count) goes to XCom key
     ``plan`` for ``CollectWatermarksOperator``. Chunks share a task up to ``snapshot.rows_per_task`` rows (one
     Spark application, one JVM start): a bigger table's consecutive chunks (read in one watermark window), or
@@ -63,7 +65,7 @@ class PlanChunksOperator(BaseOperator):
         self.max_tasks = max_tasks
 
     def execute(self, context: Any) -> list[dict[str, Any]]:
-        from airflow.configuration import conf
+        from airflow.sdk import conf
 
         p = load_pipeline(self.config)
         p.state.ensure_writable()
@@ -71,9 +73,16 @@ class PlanChunksOperator(BaseOperator):
         resnapshot = set(conf_run.get("resnapshot") or [])
         max_tasks = self.max_tasks or conf.getint("core", "max_map_length", fallback=1024)
         finished = p.state.finished_tables()
+        snapshot_first = p.stream.startup == "initial"
+        if not snapshot_first and p.state.read_seed() is None and not p.state.has_checkpoint():
+            seed = startup_seed(p)
+            p.state.write_seed(seed)
+            self.log.info("stream.startup %s: no snapshot; the stream starts at %s (recorded now)",
+                          p.stream.startup, seed.start)
 
         def needs_snapshot(schema) -> bool:
-            return str(schema.table) not in finished or str(schema.table) in resnapshot
+            name = str(schema.table)
+            return name in resnapshot or (snapshot_first and name not in finished)
 
         plan = plan_chunks(p.source, p.config.source.tables, p.config.snapshot.split_options(),
                            p.config.source.chunk_key, max_tasks=max_tasks, should_split=needs_snapshot,

@@ -12,11 +12,11 @@ from airflow_cdc_provider.hooks.spark_job import SparkJobHook
 from airflow_cdc_provider.operators.frozen_heap import with_frozen_heap
 from airflow_cdc_provider.operators.links import SPARK_UI_XCOM_KEY, SparkUILink
 from airflow_cdc_provider.operators.spark_submit import CdcSparkSubmitOperator
+from airflow_cdc_provider.pipeline.plan import STREAM_SERVER_ID_SLOT
 from airflow_cdc_provider.pipeline.resolve import load_pipeline
 from airflow_cdc_provider.pipeline.stream_watch import StreamHealth, current_status, judge
 from airflow_cdc_provider.state.records import StreamLaunch
 
-STREAM_SERVER_ID_SLOT = 10_000  # far from the chunk readers' slots
 STOP_GRACE_SECONDS = 90  # a graceful stop ends the running batch first
 
 
@@ -72,14 +72,14 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
             self.log.info("backfill run: the stream is not launched (CDC backfills are re-snapshots)")
             return {"skipped": "backfill"}
         seed = p.state.read_seed()
-        tables = sorted(seed.tables) if seed else []
-        if not tables and p.stream.startup == "initial":
+        if seed is None and p.stream.startup == "initial":
             raise AirflowFailException("no finished snapshot and no stream seed: run the snapshot tasks first")
+        # the snapshotted tables, or (a stream without snapshot) the tables the YAML's names and patterns match
+        tables = sorted(seed.tables) if seed and seed.tables else p.captured_tables()
         # the job writes this id into its status: a status is this launch's only if the ids match (a killed
         # predecessor's last heartbeat must never pass for the new job's, whatever the clocks say)
         self._launch_id = uuid.uuid4().hex
-        spec = p.job_spec(server_id=p.server_id(STREAM_SERVER_ID_SLOT), tables=tables or p.config.source.tables,
-                          launch_id=self._launch_id)
+        spec = p.job_spec(server_id=p.server_id(STREAM_SERVER_ID_SLOT), tables=tables, launch_id=self._launch_id)
         spec_path = p.state.write_spec("binlog_stream.json", spec.to_json())
         p.state.clear_stop()
         if p.stream.mode == "available_now" and self.connect_conn_id:

@@ -42,16 +42,25 @@ def finish_table(store: StateStore, sink: Sink, table: str, epoch: int, planned_
     return snapshot
 
 
-def build_seed(finished: Mapping[str, FinishedSnapshot]) -> StreamSeed:
+def build_seed(finished: Mapping[str, FinishedSnapshot], previous: StreamSeed | None = None) -> StreamSeed:
+    """The seed of every finished table; never starting later than a ``previous`` seed did (a stream that has
+    not committed a batch yet must still read what that seed promised)."""
     if not finished:
         raise MissingChunkReports("no finished table snapshot to seed the stream from")
-    return StreamSeed.of(finished)
+    seed = StreamSeed.of(finished)
+    if previous is not None and previous.start < seed.start:
+        seed = StreamSeed(previous.start, seed.tables)
+    return seed
 
 
 def collect_watermarks(store: StateStore, sink: Sink, plan: Mapping[str, TablePlan],
                        reports: Iterable[ChunkReport] = ()) -> StreamSeed:
     """``plan``: the tables snapshotted in this run. ``reports`` (from XCom) are checked against the state
-    store's copies; the state store is the source of truth."""
+    store's copies; the state store is the source of truth. A run that snapshotted nothing keeps the seed as it
+    is (a later run, or a stream without snapshot whose plan step recorded its start)."""
+    previous = store.read_seed()
+    if not plan and previous is not None:
+        return previous
     xcom = {(r.table, r.index) for r in reports}
     for table, p in plan.items():
         stored = store.chunk_reports(table, p.epoch)
@@ -59,6 +68,6 @@ def collect_watermarks(store: StateStore, sink: Sink, plan: Mapping[str, TablePl
             if i not in stored and (table, i) in xcom:
                 raise MissingChunkReports(f"{table}:{i}: XCom has a report the state store lacks; re-run the chunk")
         finish_table(store, sink, table, p.epoch, p.chunks, [r for i, r in sorted(stored.items()) if i < p.chunks])
-    seed = build_seed(store.finished_tables())
+    seed = build_seed(store.finished_tables(), previous)
     store.write_seed(seed)
     return seed

@@ -8,11 +8,14 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from airflow_cdc_provider.core.chunks import Chunk, ChunkTask, SplitOptions, group_into_tasks
+from airflow_cdc_provider.core.offsets import BinlogOffset
 from airflow_cdc_provider.source.chunk_queries import split_schema
 from airflow_cdc_provider.source.connection import connect
 from airflow_cdc_provider.source.schema import TableSchema
 from airflow_cdc_provider.source.settings import ConnectionSettings
+from airflow_cdc_provider.source.startup import resolve_startup
 from airflow_cdc_provider.source.validation import ValidationResult, validate_source
+from airflow_cdc_provider.state.records import StreamSeed
 
 DEFAULT_MAX_TASKS = 1024  # Airflow's [core] max_map_length default
 
@@ -59,3 +62,16 @@ def plan_chunks(
             if should_split is None or should_split(schema):
                 chunks += split_schema(conn, schema, options)
     return ChunkPlan(validation, chunks, group_into_tasks(chunks, max_tasks, chunks_per_task))
+
+
+STREAM_SERVER_ID_SLOT = 10_000  # the stream's replica id slot, far from the chunk readers' slots
+
+
+def startup_seed(pipeline) -> StreamSeed:
+    """The stream seed of a pipeline that streams without a snapshot (``stream.startup`` other than
+    ``initial``): its start resolved now, at the plan step, so the stream starts where the DAG run started and
+    not where its job happens to launch later. No table has snapshot chunks: every change is emitted."""
+    with contextlib.closing(connect(pipeline.source)) as conn:
+        start = resolve_startup(pipeline.stream.startup, pipeline.source, conn,
+                                pipeline.server_id(STREAM_SERVER_ID_SLOT), None, pipeline.state.uri)
+    return StreamSeed(BinlogOffset(start["file"], start["pos"], start.get("gtid")), {})

@@ -6,6 +6,7 @@ Defaults: the state store and the parquet sink live under ``$AIRFLOW_CDC_DATA`` 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -45,6 +46,14 @@ class Pipeline:
 
     def open_sink(self, spark=None) -> Sink:
         return open_sink(self.sink, self.secrets, spark)
+
+    def captured_tables(self) -> list[str]:
+        """The tables ``source.tables`` (names, globs, regexes) match on the source now."""
+        from airflow_cdc_provider.source.connection import connect
+        from airflow_cdc_provider.source.schema import discover
+
+        with contextlib.closing(connect(self.source)) as conn:
+            return [str(t) for t in discover(conn, self.config.source.tables)]
 
     def server_id(self, slot: int) -> int:
         """A replica server id from the connection's range (extra ``server_id_range``), one per concurrent

@@ -12,10 +12,11 @@ from airflow_cdc_provider.pipeline.resolve import load_pipeline
 
 
 def resume_offset(state) -> BinlogOffset | None:
-    """Where the stream continues: its last committed offset, else the seed's start."""
-    status = state.read_status()
-    if status is not None and status.last_offset is not None:
-        return status.last_offset
+    """Where the stream continues: the end of its last committed batch (Spark's checkpoint), else the seed's
+    start. Not the status: a run that failed before its first batch leaves a status without an offset."""
+    checkpoint = state.checkpoint_offset()
+    if checkpoint is not None:
+        return checkpoint
     seed = state.read_seed()
     return seed.start if seed else None
 
@@ -37,15 +38,21 @@ class BinlogRetentionSensor(BaseSensorOperator):
 
         p = load_pipeline(self.config)
         start = resume_offset(p.state)
-        if start is None or p.stream.startup != "initial" and not p.state.read_status():
+        if start is None:  # nothing recorded yet: the stream resolves its startup mode itself
             return True
         hook = MySqlCdcHook(p.config.source.conn_id, settings=p.source)
         files = hook.binlog_files()
         if start.file in files:
             return True
+        seed = p.state.read_seed()
+        tables = sorted({*(seed.tables if seed else {}), *p.state.finished_tables()}) or p.config.source.tables
+        where = "the end of its last committed batch" if p.state.has_checkpoint() else "its seed"
         raise AirflowFailException(
-            f"the stream must resume at {start}, but the server no longer has {start.file} (oldest binlog: "
-            f"{files[0] if files else 'none'}). Changes in between are lost to CDC: keep binlogs longer "
-            "(binlog_expire_logs_seconds / expire_logs_days) and re-snapshot every table: trigger the DAG with "
-            f"conf {{\"resnapshot\": {sorted(p.config.source.tables)!r}}} after deleting {p.state.uri}/stream."
+            f"the stream must resume at {start} ({where}), but the server no longer has {start.file} (oldest "
+            f"binlog: {files[0] if files else 'none'}). The changes written in between are gone from the binlog, so "
+            "the sink lacks them until the tables are read again. Keep binlogs longer (binlog_expire_logs_seconds / "
+            f"expire_logs_days), then delete only the stream's checkpoint and seed ({p.state.location('stream')}; "
+            "the sink and the finished snapshots stay) and trigger the DAG with conf "
+            f"{{\"resnapshot\": {tables!r}}}: the re-snapshot brings every table back to the source's state and "
+            "the sink converges by version."
         )

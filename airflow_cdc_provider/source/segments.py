@@ -21,7 +21,10 @@ from airflow_cdc_provider.core.offsets import BinlogOffset, split_binlog_file
 from airflow_cdc_provider.source.server import binlog_files
 
 BOUNDARY_EVENTS = frozenset({"Gtid", "Anonymous_Gtid"})
+# events that open a binlog file, before its first transaction: starting at one is starting between transactions
+HEADER_EVENTS = frozenset({"Format_desc", "Gtid_list", "Binlog_checkpoint", "Previous_gtids", "Start_encryption"})
 FILE_START = 4  # the first event (FORMAT_DESCRIPTION) of every binlog file
+_SCAN_WINDOW = 10_000
 _SAMPLE_EVENTS = 256
 _FIRST_WINDOW = 64
 _MAX_WINDOW = 65_536
@@ -85,6 +88,46 @@ class BinlogMap:
                 return None
             skip += window
             window = min(window * 4, _MAX_WINDOW)
+
+    def transaction_start(self, file: str, pos: int) -> BinlogOffset:
+        """Where a read asked to start at ``file:pos`` must start: ``pos`` itself if it is a transaction boundary
+        (a transaction's first event, a file header event, the end of the file), else the first event of the
+        transaction holding it. A position where no event starts is refused, naming the boundaries around it.
+        Scans the file's events from its start (in the server)."""
+        from airflow_cdc_provider.source.startup import StartupError
+
+        before: BinlogOffset | None = None  # the last boundary at or before pos
+        after: BinlogOffset | None = None  # the first boundary after pos
+        at: str | None = None  # the type of the event starting at pos
+        end = FILE_START
+        skip = 0
+        while after is None:
+            rows = self._events(file, FILE_START, skip, _SCAN_WINDOW)
+            for row in rows:
+                start, kind = int(row[1]), row[2]
+                end = int(row[4]) or end
+                boundary = kind in BOUNDARY_EVENTS or kind in HEADER_EVENTS
+                if start == pos:
+                    at = kind
+                if boundary and start <= pos:
+                    before = BinlogOffset(file, start)
+                elif boundary and start > pos:
+                    after = BinlogOffset(file, start)
+                    break
+            if len(rows) < _SCAN_WINDOW:
+                break
+            skip += _SCAN_WINDOW
+        if at is not None and (at in BOUNDARY_EVENTS or at in HEADER_EVENTS):
+            return BinlogOffset(file, pos)
+        if at is not None and before is not None:
+            return before  # inside a transaction: its first event
+        if at is None and after is None and pos == end:
+            return BinlogOffset(file, pos)  # the end of the file (or of what is written of it so far)
+        what = f"a {at} event outside any transaction" if at is not None else "not the start of an event"
+        raise StartupError(
+            f"{file}:{pos} is {what} in {file}, so no read can start there; transaction "
+            f"boundaries around it: {before or 'none'} and {after or 'the end of the file at ' + str(end)}; set "
+            "stream.startup to one of them")
 
     def cut(self, start: BinlogOffset, end: BinlogOffset, segment_bytes: int) -> list[BinlogOffset]:
         """Transaction boundaries strictly between ``start`` and ``end``, about ``segment_bytes`` apart

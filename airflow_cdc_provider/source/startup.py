@@ -3,7 +3,8 @@
 * ``initial`` (default): the stream seed, the smallest high watermark of the snapshot chunks;
 * ``latest``: the server's current position (changes from now on; no snapshot needed);
 * ``earliest``: the oldest binlog file still on the server;
-* ``{file: mysql-bin.000042, pos: 1234}``: a transaction boundary you know;
+* ``{file: mysql-bin.000042, pos: 1234}``: a position you know; if a transaction holds it, the stream starts
+  at that transaction's first event (never in the middle of a transaction, whose earlier rows would be lost);
 * ``{gtid: "0-1-1234"}``: just after the transaction with this GTID (MariaDB, one domain);
 * ``{timestamp: 1700000000 | "2026-11-21T10:00:00Z"}``: the first transaction committed at or after it.
 
@@ -13,11 +14,15 @@ GTID and timestamp starts scan the binlog from its oldest file to find the bound
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from typing import Any
 
 from airflow_cdc_provider.core.offsets import BinlogOffset
 from airflow_cdc_provider.source.server import SourceError, binlog_files, current_offset
 from airflow_cdc_provider.source.settings import ConnectionSettings
+
+
+log = logging.getLogger("airflow_cdc.startup")
 
 
 class StartupError(SourceError):
@@ -92,7 +97,14 @@ def resolve_startup(mode: str | dict[str, Any], settings: ConnectionSettings, co
         if mode["file"] not in names:
             raise StartupError(
                 f"stream.startup file {mode['file']!r} is not on the server (it has {names[0]} .. {names[-1]})")
-        return _offset(mode["file"], int(mode.get("pos", 4)))
+        from airflow_cdc_provider.source.segments import BinlogMap
+
+        asked = int(mode.get("pos", 4))
+        start = BinlogMap(conn).transaction_start(mode["file"], asked)
+        if start.pos != asked:
+            log.warning("stream.startup %s:%d lies inside a transaction: the stream starts at its first event, %s",
+                        mode["file"], asked, start)
+        return _offset(start.file, start.pos)
     if isinstance(mode, dict) and "gtid" in mode:
         g = str(mode["gtid"]).strip()
         if "," in g:

@@ -206,7 +206,10 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         def initial() -> dict:
             self._setup()
-            return resolve_startup(self.spec.stream.startup, self.settings, self.conn, self.spec.server_id,
+            # a seed says where this pipeline's stream starts (the snapshot's smallest HW, or the position the
+            # plan step recorded for another startup mode); without one the startup mode is resolved now
+            mode = "initial" if self.seed is not None else self.spec.stream.startup
+            return resolve_startup(mode, self.settings, self.conn, self.spec.server_id,
                                    self.seed.start if self.seed else None, self.spec.state_path)
 
         return self._reconnecting("initial offset", initial)

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from airflow_cdc_provider.core.offsets import BinlogOffset
 from airflow_cdc_provider.core.reports import ChunkReport
 from airflow_cdc_provider.state.records import FinishedSnapshot, StreamLaunch, StreamSeed, StreamStatus
 from airflow_cdc_provider.state.storage import Storage
@@ -180,9 +181,32 @@ class StateStore:
     STOP = "stream/stop"
     LAUNCH = "stream/launch.json"
 
+    CHECKPOINT = "stream/checkpoint"
+
     @property
     def checkpoint_location(self) -> str:
-        return self.location("stream", "checkpoint")
+        return self.location(self.CHECKPOINT)
+
+    def _committed_batches(self) -> list[int]:
+        return sorted(int(n) for n in self.storage.listdir(f"{self.CHECKPOINT}/commits") if n.isdigit())
+
+    def has_checkpoint(self) -> bool:
+        """Whether a stream committed a batch: it then resumes from its checkpoint, not from the seed."""
+        return bool(self._committed_batches())
+
+    def checkpoint_offset(self) -> BinlogOffset | None:
+        """Where a restarted stream reads from: the end of its last committed batch, from Spark's checkpoint
+        (``offsets/<batch>``: a version line, the batch's metadata, then the source's offset). None before the
+        first committed batch, or when the checkpoint is not one of this source's."""
+        committed = self._committed_batches()
+        if not committed:
+            return None
+        text = self.storage.read_text(f"{self.CHECKPOINT}/offsets/{committed[-1]}")
+        lines = [line for line in (text or "").splitlines() if line.strip()]
+        try:
+            return BinlogOffset.from_dict(json.loads(lines[2]))
+        except (IndexError, ValueError, TypeError):
+            return None
 
     def write_seed(self, seed: StreamSeed) -> None:
         self.write_json(self.SEED, seed.to_dict())

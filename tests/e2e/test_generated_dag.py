@@ -15,7 +15,7 @@ from airflow_cdc_provider.state.store import StateStore
 from airflow_cdc_provider.testing.airflow_run import BackgroundDagRun, run_dag
 
 from .cdc_helpers import parquet_sink, sink_rows, source_rows, stream_state, table_types, wait_until, write_pipeline
-from .test_spark_jobs import make_orders
+from .test_spark_jobs import changelog, expected_changelog, make_orders
 
 CLI = str(Path(sys.executable).parent / "airflow-cdc")
 
@@ -141,3 +141,42 @@ def test_continuous_stream_task_follows_changes_until_stopped(airflow_home, sour
     changes = spark.read.parquet(layout.location(layout.changes_dir(source_db.table("orders"))))
     keys = [tuple(r) for r in changes.select("_cdc_file_seq", "_cdc_pos", "_cdc_row").collect()]
     assert len(keys) == len(set(keys)) == 20 + 10 + 10, "a change was lost or written twice across the kill"
+
+
+def test_startup_latest_streams_from_the_runs_start_without_a_snapshot(airflow_home, source_db, tmp_path, spark):
+    """``stream.startup: latest`` in the generated DAG: no snapshot; the plan step records the position at the
+    run's start, so changes made after it and before the stream job launched reach the sink, and none from
+    before the run does."""
+    env, dags, pipelines = airflow_home
+    make_shop(source_db, orders=300, customers=10)
+    source_db.execute("UPDATE orders SET note = 'before run' WHERE id <= 10")
+    write_pipeline(pipelines, source_db, tmp_path, "stream:\n  startup: latest\n")
+    state = StateStore(tmp_path / "state")
+    run = BackgroundDagRun(env, dags, "shop_cdc", tmp_path / "run1.log")
+    try:
+        wait_until(lambda: state.read_seed() is not None, "the plan step to record where the stream starts", 300, 0.05)
+        assert not state.exists(state.STATUS), "the stream started before the changes below: the test lost its point"
+        source_db.execute("UPDATE orders SET note = 'during run' WHERE id BETWEEN 5 AND 14")
+        source_db.execute("DELETE FROM orders WHERE id > 295")
+        source_db.execute("INSERT INTO customers VALUES ('during', 'run')")
+        result = run.result(600)
+    finally:
+        run.kill()
+    assert result["state"] == "success", result
+    assert [t["state"] for t in result["tis"] if t["task_id"] == "snapshot_chunk"] in ([], ["skipped"])
+    seed = state.read_seed()
+    assert seed.tables == {}
+    for name, key in (("orders", ("id",)), ("customers", ("customer id",))):
+        table = source_db.table(name)
+        got = changelog(spark, str(tmp_path / "sink"), table, key)
+        assert sorted(got) == sorted(expected_changelog(source_db, seed, table, 9_998)) and len(got) == len(set(got))
+    orders = sink_rows(spark, parquet_sink(tmp_path), {}, table_types(source_db, "orders"))
+    source = source_rows(source_db, "orders")
+    assert orders == {k: v for k, v in source.items() if 5 <= k[0] <= 14}  # updated during the run; deletes gone
+    assert [v for v in orders.values() if v[2] != "during run"] == []
+
+    source_db.execute("UPDATE orders SET note = 'next run' WHERE id = 100")
+    run2 = run_dag(env, dags, "shop_cdc", log_file=tmp_path / "run2.log")
+    assert run2["state"] == "success", run2
+    assert state.read_seed() == seed  # the second run keeps where the stream started; it resumes from its checkpoint
+    assert run2["xcom"]["stream[-1]"]["rows_emitted"] == 1

@@ -31,13 +31,16 @@ def make_orders(db, n: int) -> None:
 def expected_changelog(db, seed: StreamSeed, table: str, server_id: int) -> list[tuple]:
     """``(op, *key, file_seq, pos, row)`` of every committed change since the seed that no snapshot chunk
     contains, straight from the binlog: a change of key k at p belongs to the changelog iff p is after the HW
-    of the chunk whose range holds k. (Python key order: use keys whose collation agrees with it.)"""
+    of the chunk whose range holds k (every change, for a table without snapshot). (Python key order: use keys
+    whose collation agrees with it.)"""
     with db.connection() as conn:
         schema = load_schema(conn, TableId.parse(table))
         end = current_offset(conn)
-    chunks = seed.tables[table].chunks
+    chunks = seed.tables[table].chunks if table in seed.tables else ()
 
     def chunk_hw(key):
+        if not chunks:
+            return seed.start
         for r in chunks:
             if (r.start is None or r.start <= key) and (r.end is None or key < r.end):
                 return r.high_watermark
