@@ -44,5 +44,8 @@ class CollectWatermarksOperator(BaseOperator):
             seed = collect_watermarks(p.state, p.open_sink(), plan, reports)
         except MissingChunkReports as exc:
             raise AirflowFailException(str(exc)) from None
+        if seed is None:
+            self.log.info("nothing was snapshotted in this run and the pipeline has no stream seed yet")
+            return {"start": None, "tables": [], "snapshotted": []}
         self.log.info("stream seed: start %s, %d table(s)", seed.start, len(seed.tables))
         return {"start": seed.start.to_dict(), "tables": sorted(seed.tables), "snapshotted": sorted(plan)}

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 from airflow.sdk import BaseOperator
 
 from airflow_cdc_provider.core.chunks import ChunkTask
+from airflow_cdc_provider.operators.dag_run import is_backfill
 from airflow_cdc_provider.pipeline.plan import plan_chunks, startup_seed
 from airflow_cdc_provider.pipeline.resolve import load_pipeline
 from airflow_cdc_provider.source.validation import SourceValidationError
@@ -73,8 +74,9 @@ class PlanChunksOperator(BaseOperator):
         resnapshot = set(conf_run.get("resnapshot") or [])
         max_tasks = self.max_tasks or conf.getint("core", "max_map_length", fallback=1024)
         finished = p.state.finished_tables()
-        snapshot_first = p.stream.startup == "initial"
-        if not snapshot_first and p.state.read_seed() is None and not p.state.has_checkpoint():
+        backfill = is_backfill(context)  # a backfill snapshots only what its conf names: a stream has no past
+        snapshot_first = p.stream.startup == "initial" and not backfill
+        if not snapshot_first and not backfill and p.state.read_seed() is None and not p.state.has_checkpoint():
             seed = startup_seed(p)
             p.state.write_seed(seed)
             self.log.info("stream.startup %s: no snapshot; the stream starts at %s (recorded now)",

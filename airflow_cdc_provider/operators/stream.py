@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 import uuid
+from dataclasses import replace
 from typing import Any, Sequence
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from airflow_cdc_provider.hooks.spark_job import SparkJobHook
+from airflow_cdc_provider.hooks.spark_job import SparkJobHook, process_alive
+from airflow_cdc_provider.operators.dag_run import is_backfill
 from airflow_cdc_provider.operators.frozen_heap import with_frozen_heap
 from airflow_cdc_provider.operators.links import SPARK_UI_XCOM_KEY, SparkUILink
 from airflow_cdc_provider.operators.spark_submit import CdcSparkSubmitOperator
 from airflow_cdc_provider.pipeline.plan import STREAM_SERVER_ID_SLOT
 from airflow_cdc_provider.pipeline.resolve import load_pipeline
-from airflow_cdc_provider.pipeline.stream_watch import StreamHealth, current_status, judge
-from airflow_cdc_provider.state.records import StreamLaunch
+from airflow_cdc_provider.pipeline.stream_watch import StreamHealth, current_status, judge, lease_alive
+from airflow_cdc_provider.state.records import StreamLaunch, StreamLease
 
 STOP_GRACE_SECONDS = 90  # a graceful stop ends the running batch first
 
@@ -62,14 +66,9 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
 
         p = load_pipeline(self.config)
         self._state = p.state
-        launch = p.state.read_launch()
-        if launch is not None and SparkJobHook.alive(launch) is not False:
-            raise AirflowFailException(
-                f"a stream of this pipeline is already running ({launch.name}); "
-                "stop it first (airflow-cdc stop CONFIG, or mark its task failed) instead of launching a second one")
-        dag_run = context.get("dag_run")
-        if dag_run is not None and str(getattr(dag_run, "run_type", "")).endswith("backfill"):
-            self.log.info("backfill run: the stream is not launched (CDC backfills are re-snapshots)")
+        if is_backfill(context):
+            self.log.info("backfill run: the stream is not launched; the pipeline's own runs stream every change "
+                          "(a backfill re-snapshots the tables named in its conf's resnapshot, nothing more)")
             return {"skipped": "backfill"}
         seed = p.state.read_seed()
         if seed is None and p.stream.startup == "initial":
@@ -79,22 +78,73 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
         # the job writes this id into its status: a status is this launch's only if the ids match (a killed
         # predecessor's last heartbeat must never pass for the new job's, whatever the clocks say)
         self._launch_id = uuid.uuid4().hex
+        ti = context["ti"]
+        lease = StreamLease(self._launch_id, f"{ti.dag_id}/{ti.run_id}/{ti.task_id}", int(ti.try_number or 1),
+                            socket.gethostname(), os.getpid(), p.stream.mode)
+        holder = self._acquire_lease(p, lease)
+        if holder is not None:
+            self.log.info("the stream of this pipeline runs in %s (try %d, %s since %s): it streams this run's "
+                          "changes too, so this task launches none", holder.holder, holder.try_number, holder.mode,
+                          time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(holder.acquired_at)))
+            return {"skipped": "stream running", "holder": holder.holder}
+        if p.stream.mode == "continuous":
+            return self._run_continuous(context, p, lease, tables)
+        try:
+            return self._run_available_now(context, p, tables)
+        finally:
+            p.state.release_lease(lease.launch_id)
+
+    def _run_available_now(self, context: Any, p, tables: list[str]) -> dict[str, Any]:
         spec = p.job_spec(server_id=p.server_id(STREAM_SERVER_ID_SLOT), tables=tables, launch_id=self._launch_id)
         spec_path = p.state.write_spec("binlog_stream.json", spec.to_json())
         p.state.clear_stop()
-        if p.stream.mode == "available_now" and self.connect_conn_id:
+        if self.connect_conn_id:
             self.run_on_connect(p, spec)
-        elif p.stream.mode == "available_now":
+        else:
             self.configure_job(p, spec_path)
             self.submit(context)
-        if p.stream.mode == "available_now":
-            status = p.state.read_status()
-            context["ti"].xcom_push(key=SPARK_UI_XCOM_KEY, value=(status.ui_url if status else None) or "")
-            return self._ended(p, StreamHealth("ended", "", status))
-        if self.connect_conn_id:
-            self.log.info("stream.mode continuous: the stream runs with spark-submit, not on Spark Connect %r "
-                          "(a Connect session lasts only as long as its task's process)", self.connect_conn_id)
-        return self._run_continuous(context, p, self.configure_job(p, spec_path, detached=True))
+        status = p.state.read_status()
+        context["ti"].xcom_push(key=SPARK_UI_XCOM_KEY, value=(status.ui_url if status else None) or "")
+        return self._ended(p, StreamHealth("ended", "", status))
+
+    # -- one stream per pipeline --------------------------------------------------------------------
+    def _acquire_lease(self, p, lease: StreamLease) -> StreamLease | None:
+        """Take the pipeline's stream lease; None once taken, else the live holder of another DAG run. A stale
+        lease (its holder gone) is taken over; so is the lease of an earlier try of this same task (a cleared
+        stream task): its job is stopped first, gracefully, and this try resumes from the checkpoint."""
+        while True:
+            other = p.state.try_lease(lease)
+            if other is None or other.launch_id == lease.launch_id:
+                return None
+            if not self._holder_alive(p, other):
+                self.log.warning("the stream lease of %s (try %d) is stale, its stream is gone: taking it over",
+                                 other.holder, other.try_number)
+            elif other.holder == lease.holder and other.try_number < lease.try_number:
+                self.log.info("try %d of this task still runs the stream: stopping it (after its current batch) to "
+                              "take over from its checkpoint", other.try_number)
+                self._stop_holder(p, other)
+            else:
+                return other
+            p.state.release_lease(other.launch_id)
+
+    def _holder_alive(self, p, lease: StreamLease) -> bool:
+        if lease.launch is not None:
+            alive = SparkJobHook.alive(lease.launch)
+        else:  # the job runs in (a child of) the holding task's process
+            alive = process_alive(lease.pid) if lease.host == socket.gethostname() else None
+        return lease_alive(lease, p.state.read_status(), now=time.time(), heartbeat_timeout=self._timeout(p),
+                           alive=alive)
+
+    def _stop_holder(self, p, lease: StreamLease) -> None:
+        """Stop an earlier try's stream: its detached job gracefully (then hard, after the grace period); a job
+        in that try's own process ends with it (Airflow stops a cleared running task), so wait for that."""
+        p.state.request_stop()
+        if lease.launch is not None:
+            SparkJobHook.terminate(lease.launch, STOP_GRACE_SECONDS)
+        deadline = time.time() + STOP_GRACE_SECONDS
+        while self._holder_alive(p, lease) and time.time() < deadline:
+            time.sleep(1.0)
+        p.state.clear_stop()
 
     def run_on_connect(self, pipeline, spec) -> None:
         """The ``available_now`` stream job in this process, on a new session of the ``connect_conn_id`` server."""
@@ -117,13 +167,26 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
     def _timeout(self, p) -> float:
         return float(self.heartbeat_timeout or p.stream.heartbeat_timeout)
 
-    def _run_continuous(self, context: Any, p, target) -> dict[str, Any]:
+    def _run_continuous(self, context: Any, p, lease: StreamLease, tables: list[str]) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowException
 
+        if self.connect_conn_id:
+            self.log.info("stream.mode continuous: the stream runs with spark-submit, not on Spark Connect %r "
+                          "(a Connect session lasts only as long as its task's process)", self.connect_conn_id)
         try:
+            spec = p.job_spec(server_id=p.server_id(STREAM_SERVER_ID_SLOT), tables=tables, launch_id=self._launch_id)
+            spec_path = p.state.write_spec("binlog_stream.json", spec.to_json())
+            p.state.clear_stop()
+            target = self.configure_job(p, spec_path, detached=True)
             launch = self.launch_detached(p.state.local_dir("stream") / "job.log", self._launch_id, target)
             self._launched = launch
             p.state.write_launch(launch)
+            p.state.write_lease(replace(lease, launch=launch))  # the job outlives this process: it holds the lease
+        except BaseException:
+            p.state.release_lease(lease.launch_id)
+            self.release_secrets()
+            raise
+        try:
             context["ti"].xcom_push(key="stream_launch", value=launch.to_dict())
             self.log.info("stream launched (%s), log: %s", launch.name, launch.log)
             timeout = self._timeout(p)
@@ -141,7 +204,7 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
         if health.verdict != "ended":
             self._terminate(launch)
             raise AirflowException(health.message)
-        return self._ended(p, health)
+        return self._ended(p, health, launch.launch_id)
 
     def _watch(self, p, launch: StreamLaunch, timeout: float, until_started: bool = False) -> StreamHealth:
         while True:
@@ -157,15 +220,18 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
         p = load_pipeline(self.config)
         self._state = p.state
         health = StreamHealth.from_dict(event)
+        launch = p.state.read_launch()
         if health.verdict != "ended":
-            self._terminate(p.state.read_launch())
+            self._terminate(launch)
             raise AirflowException(health.message)
-        return self._ended(p, health)
+        return self._ended(p, health, launch.launch_id if launch else None)
 
-    def _ended(self, p, health: StreamHealth) -> dict[str, Any]:
+    def _ended(self, p, health: StreamHealth, launch_id: str | None = None) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
         p.state.delete_launch()
+        if launch_id:
+            p.state.release_lease(launch_id)
         status = health.status
         if status is None or status.state not in ("finished", "stopped"):
             raise AirflowFailException(f"the stream job ended in state {status.state if status else None!r}; see its "
@@ -179,11 +245,11 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
         ``STOP_GRACE_SECONDS`` a hard stop (``SparkJobHook.terminate``)."""
         if self._state is not None:
             self._state.request_stop()
-        if launch is None or not SparkJobHook.alive(launch):
-            return
-        SparkJobHook.terminate(launch, STOP_GRACE_SECONDS)
-        if self._state is not None:
+        if launch is not None and SparkJobHook.alive(launch):
+            SparkJobHook.terminate(launch, STOP_GRACE_SECONDS)
+        if self._state is not None and launch is not None and SparkJobHook.alive(launch) is False:
             self._state.delete_launch()
+            self._state.release_lease(launch.launch_id)
 
     def on_kill(self) -> None:
         if self._connect_job is not None:  # on Connect: the job's loop stops the query, execute() then ends

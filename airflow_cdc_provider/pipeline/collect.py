@@ -54,12 +54,13 @@ def build_seed(finished: Mapping[str, FinishedSnapshot], previous: StreamSeed | 
 
 
 def collect_watermarks(store: StateStore, sink: Sink, plan: Mapping[str, TablePlan],
-                       reports: Iterable[ChunkReport] = ()) -> StreamSeed:
+                       reports: Iterable[ChunkReport] = ()) -> StreamSeed | None:
     """``plan``: the tables snapshotted in this run. ``reports`` (from XCom) are checked against the state
     store's copies; the state store is the source of truth. A run that snapshotted nothing keeps the seed as it
-    is (a later run, or a stream without snapshot whose plan step recorded its start)."""
+    is (a later run, a backfill, or a stream without snapshot whose plan step recorded its start); None if there
+    is none yet."""
     previous = store.read_seed()
-    if not plan and previous is not None:
+    if not plan:
         return previous
     xcom = {(r.table, r.index) for r in reports}
     for table, p in plan.items():

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_cdc_provider.state.records import RUNNING_STATES, StreamLaunch, StreamStatus
+from airflow_cdc_provider.state.records import RUNNING_STATES, StreamLaunch, StreamLease, StreamStatus
 
 
 @dataclass(frozen=True)
@@ -62,3 +62,15 @@ def judge(status: StreamStatus | None, launch: StreamLaunch, *, now: float, hear
         return StreamHealth("stalled", f"the stream's heartbeat is {age:.0f}s old (limit {heartbeat_timeout:.0f}s); "
                                        "a retry restarts it from its checkpoint", st)
     return StreamHealth(state if state in RUNNING_STATES else "starting", f"heartbeat {age:.0f}s ago", st)
+
+
+def lease_alive(lease: StreamLease, status: StreamStatus | None, *, now: float, heartbeat_timeout: float,
+                alive: bool | None) -> bool:
+    """Whether the holder of the stream lease still runs its stream. ``alive``: what the watcher can tell of its
+    job (a detached launch) or of the holding task's process; None when it cannot (another host): then the
+    job's heartbeat decides, or, before its first status, the time since the lease was taken."""
+    if alive is not None:
+        return alive
+    if status is not None and status.launch_id == lease.launch_id:
+        return status.state in RUNNING_STATES and now - status.updated_at <= heartbeat_timeout
+    return now - lease.acquired_at <= heartbeat_timeout

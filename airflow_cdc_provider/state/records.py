@@ -4,6 +4,7 @@
     FinishedSnapshot collect_watermarks: a table's completed epoch with every chunk's report
     StreamSeed       collect_watermarks -> stream: where the stream starts, and per table what its snapshot holds
     StreamLaunch     stream task: the launched job (pid and host, or a cluster driver) and its launch id
+    StreamLease      stream task: the one task that runs the pipeline's stream now
     StreamStatus     stream job -> stream task, trigger, CLI: the job's heartbeat
 
 Chunk reports themselves are ``core.reports.ChunkReport``. Dicts with string keys stop at ``from_dict``.
@@ -144,6 +145,32 @@ class StreamLaunch:
     def from_dict(cls, data: Mapping[str, Any]) -> "StreamLaunch":
         return cls(str(data.get("launch_id") or ""), float(data.get("started_at") or 0), str(data.get("log") or ""),
                    data.get("pid"), data.get("host"), data.get("driver_id"), data.get("rest_url"))
+
+
+@dataclass(frozen=True)
+class StreamLease:
+    """The one task that runs the pipeline's stream now. A second stream of a pipeline would fight the first
+    over its checkpoint, so every stream task holds this lease (an exclusive file in the state store) while its
+    job runs. ``launch`` is the detached job of a continuous stream, which outlives the task's process."""
+
+    launch_id: str
+    holder: str  # "<dag_id>/<run_id>/<task_id>"
+    try_number: int
+    host: str
+    pid: int  # the holding task's process
+    mode: str
+    acquired_at: float = field(default_factory=time.time)
+    launch: StreamLaunch | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "launch": self.launch.to_dict() if self.launch else None}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "StreamLease":
+        launch = data.get("launch")
+        return cls(str(data["launch_id"]), str(data["holder"]), int(data["try_number"]), str(data["host"]),
+                   int(data["pid"]), str(data["mode"]), float(data.get("acquired_at") or 0),
+                   StreamLaunch.from_dict(launch) if launch else None)
 
 
 RUNNING_STATES = ("starting", "running")

@@ -92,6 +92,37 @@ class Storage:
         data = text.encode("utf-8")
         self._replace(rel, lambda path: self.fs.pipe_file(path, data))
 
+    def create(self, rel: str, text: str) -> bool:
+        """Write ``rel`` only if it does not exist, in one step; False if it does. Atomic on local disks and
+        shared mounts (an exclusive create) and on object stores with conditional writes (S3's If-None-Match);
+        elsewhere an existence check comes first, which two writers racing within milliseconds can both pass."""
+        target = self.path(rel)
+        data = text.encode("utf-8")
+        self.fs.makedirs(posixpath.dirname(target), exist_ok=True)
+        if self.is_local:
+            try:
+                fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                return False
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            return True
+        self._fresh()
+        try:
+            self.fs.pipe_file(target, data, mode="create")
+            return True
+        except FileExistsError:
+            return False
+        except TypeError:  # a filesystem without exclusive writes
+            if self.fs.exists(target):
+                return False
+            self.fs.pipe_file(target, data)
+            return True
+        except Exception as exc:  # noqa: BLE001 - S3's "precondition failed" comes as the client's own error
+            if "PreconditionFailed" in type(exc).__name__ or "412" in str(exc) or "PreconditionFailed" in str(exc):
+                return False
+            raise
+
     def upload(self, local_file: str | os.PathLike[str], rel: str) -> None:
         """Copy a local file to ``rel``, as atomically as ``write_text``."""
         self._replace(rel, lambda path: self.fs.put_file(os.fspath(local_file), path))

@@ -31,7 +31,7 @@ from typing import Any
 
 from airflow_cdc_provider.core.offsets import BinlogOffset
 from airflow_cdc_provider.core.reports import ChunkReport
-from airflow_cdc_provider.state.records import FinishedSnapshot, StreamLaunch, StreamSeed, StreamStatus
+from airflow_cdc_provider.state.records import FinishedSnapshot, StreamLaunch, StreamLease, StreamSeed, StreamStatus
 from airflow_cdc_provider.state.storage import Storage
 
 
@@ -180,6 +180,7 @@ class StateStore:
     STATUS = "stream/status.json"
     STOP = "stream/stop"
     LAUNCH = "stream/launch.json"
+    LEASE = "stream/lease.json"
 
     CHECKPOINT = "stream/checkpoint"
 
@@ -231,6 +232,26 @@ class StateStore:
 
     def delete_launch(self) -> None:
         self.delete(self.LAUNCH)
+
+    def try_lease(self, lease: StreamLease) -> StreamLease | None:
+        """Take the stream lease if nobody holds it; else the current holder's lease (``lease`` not taken)."""
+        if self.storage.create(self.LEASE, json.dumps(lease.to_dict(), sort_keys=True, default=str)):
+            return None
+        return self.read_lease() or lease  # released in between: the caller tries again
+
+    def read_lease(self) -> StreamLease | None:
+        data = self.read_json(self.LEASE)
+        return StreamLease.from_dict(data) if data else None
+
+    def write_lease(self, lease: StreamLease) -> None:
+        """Record the lease's new content (the detached job it launched); the caller holds it."""
+        self.write_json(self.LEASE, lease.to_dict())
+
+    def release_lease(self, launch_id: str) -> None:
+        """Give the lease up if ``launch_id`` still holds it."""
+        lease = self.read_lease()
+        if lease is not None and lease.launch_id == launch_id:
+            self.delete(self.LEASE)
 
     def request_stop(self) -> None:
         self.write_json(self.STOP, {"requested_at": time.time()})

@@ -1,0 +1,123 @@
+"""One stream per pipeline: the stream task's lease in the state store, taken atomically, handed over from a
+stale holder or from an earlier try of the same task (a cleared stream task), never shared with a live stream
+of another run. The "jobs" here are real processes on this machine."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+import pytest
+
+from airflow_cdc_provider.operators.dag_run import is_backfill
+from airflow_cdc_provider.operators.stream import BinlogStreamOperator
+from airflow_cdc_provider.pipeline.resolve import load_pipeline
+from airflow_cdc_provider.pipeline.stream_watch import lease_alive
+from airflow_cdc_provider.state.records import StreamLaunch, StreamLease, StreamStatus
+from airflow_cdc_provider.state.storage import Storage
+from airflow_cdc_provider.state.store import StateStore
+
+HOST = socket.gethostname()
+
+
+@pytest.fixture
+def pipeline(tmp_path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_SRC", "mysql://cdc:pw@db.example:3306")
+    config = tmp_path / "shop.yaml"
+    config.write_text(f"source: {{conn_id: src, tables: [shop.orders]}}\nstate: {{path: {tmp_path / 'state'}}}\n"
+                      "stream: {mode: continuous, heartbeat_timeout: 30}\n")
+    return str(config), load_pipeline(config)
+
+
+def lease(launch_id, holder="shop/run1/stream", try_number=1, pid=None, launch=None, host=HOST):
+    return StreamLease(launch_id, holder, try_number, host, pid or os.getpid(), "continuous", launch=launch)
+
+
+def a_job():
+    """A process standing in for a detached stream job: it ends on SIGTERM, as spark-submit does."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
+    return proc, StreamLaunch("job", time.time(), "/x/job.log", pid=proc.pid, host=HOST)
+
+
+@pytest.mark.parametrize("root", ["local", "memory"])
+def test_only_one_writer_creates_the_file(tmp_path, root):
+    storage = Storage(str(tmp_path) if root == "local" else f"memory://lease-{os.getpid()}-{time.time_ns()}")
+    assert storage.create("stream/lease.json", "a") and not storage.create("stream/lease.json", "b")
+    assert storage.read_text("stream/lease.json") == "a"
+
+
+def test_the_lease_is_taken_once_and_released_only_by_its_holder(tmp_path):
+    store = StateStore(tmp_path)
+    first, second = lease("a"), lease("b", holder="shop/run2/stream")
+    assert store.try_lease(first) is None
+    assert store.try_lease(second) == first  # held: the caller learns by whom
+    store.release_lease("b")  # not the holder: nothing happens
+    assert store.read_lease() == first
+    store.release_lease("a")
+    assert store.read_lease() is None and store.try_lease(second) is None
+
+
+def test_liveness_of_a_holder_the_watcher_cannot_see():
+    held = replace(lease("a", host="elsewhere"), acquired_at=1000.0)
+    assert lease_alive(held, None, now=1020, heartbeat_timeout=30, alive=None)  # just taken
+    assert not lease_alive(held, None, now=1031, heartbeat_timeout=30, alive=None)  # never started
+    beat = StreamStatus("running", "continuous", launch_id="a", updated_at=1100)
+    assert lease_alive(held, beat, now=1120, heartbeat_timeout=30, alive=None)
+    assert not lease_alive(held, beat, now=1131, heartbeat_timeout=30, alive=None)  # heartbeat stale
+    other = replace(beat, launch_id="z", updated_at=1130)
+    assert not lease_alive(held, other, now=1131, heartbeat_timeout=30, alive=None)  # not its job's heartbeat
+    assert not lease_alive(held, replace(beat, state="stopped"), now=1101, heartbeat_timeout=30, alive=None)
+    assert lease_alive(held, None, now=9999, heartbeat_timeout=30, alive=True)
+
+
+def test_a_live_stream_of_another_run_keeps_the_lease(pipeline):
+    config, p = pipeline
+    proc, launch = a_job()
+    try:
+        held = lease("a", launch=launch)
+        assert p.state.try_lease(held) is None
+        op = BinlogStreamOperator(task_id="stream", config=config)
+        assert op._acquire_lease(p, lease("b", holder="shop/run2/stream")) == held
+        assert proc.poll() is None and p.state.read_lease() == held
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_stale_lease_is_taken_over(pipeline):
+    config, p = pipeline
+    proc, launch = a_job()
+    proc.kill()
+    proc.wait()  # its job is gone without releasing the lease (a killed worker)
+    p.state.try_lease(lease("a", launch=launch))
+    op = BinlogStreamOperator(task_id="stream", config=config)
+    mine = lease("b", holder="shop/run2/stream")
+    assert op._acquire_lease(p, mine) is None and p.state.read_lease() == mine
+
+
+def test_a_cleared_stream_task_stops_its_earlier_try_and_takes_over(pipeline):
+    config, p = pipeline
+    proc, launch = a_job()
+    try:
+        p.state.try_lease(lease("a", try_number=1, launch=launch))
+        op = BinlogStreamOperator(task_id="stream", config=config)
+        mine = lease("b", try_number=2)
+        assert op._acquire_lease(p, mine) is None
+        assert proc.wait(10) is not None  # the earlier try's job was stopped (SIGTERM first)
+        assert p.state.read_lease() == mine and not p.state.stop_requested()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_a_backfill_run_is_told_apart_whatever_form_its_run_type_takes():
+    from airflow.utils.types import DagRunType
+
+    class Run:
+        def __init__(self, run_type):
+            self.run_type = run_type
+
+    assert is_backfill({"dag_run": Run(DagRunType.BACKFILL_JOB)}) and is_backfill({"dag_run": Run("backfill")})
+    assert not is_backfill({"dag_run": Run(DagRunType.SCHEDULED)}) and not is_backfill({})
