@@ -12,6 +12,7 @@ one error saying what to install, instead of an ``AttributeError`` in the middle
 from __future__ import annotations
 
 import inspect
+import re
 from typing import Any
 
 from airflow_cdc_provider.compat import versions
@@ -46,6 +47,8 @@ def missing_internals(hook_class: type | None = None, operator_class: type | Non
         missing += [f"{cls.__name__}.{a}" for a in attributes
                     if f"self.{a} =" not in init and f"self.{a}:" not in init]
         missing += [f"{cls.__name__}.{m}()" for m in methods if not callable(getattr(cls, m, None))]
+    if not hasattr(hook_class, "_log"):  # Airflow's LoggingMixin keeps a hook's logger there
+        missing.append(f"{hook_class.__name__}._log")
     return missing
 
 
@@ -110,3 +113,39 @@ def set_main_class(operator: Any, name: str) -> None:
 
 def spark_binary(operator: Any) -> str | None:
     return operator._spark_binary
+
+
+# A spark-submit output line's own level: log4j's ``yy/MM/dd HH:mm:ss LEVEL``, Python logging's ``date time,ms
+# LEVEL``, or the JVM's unified logging ``[uptime][level]``.
+_LINE_LEVEL = re.compile(r"^(?:\S+ \S+ (?P<log>TRACE|DEBUG|INFO|WARN|WARNING|ERROR|FATAL|CRITICAL)\b"
+                         r"|\[[^\]]*\]\[(?P<jvm>trace|debug|info|warning|error)\])")
+_LEVELS = {"TRACE": "debug", "DEBUG": "debug", "INFO": "info", "WARN": "warning", "WARNING": "warning",
+           "ERROR": "error", "FATAL": "error", "CRITICAL": "error"}
+
+
+def line_level(line: str) -> str:
+    """The logging method for one line of spark-submit's output: the level the line itself states, else info."""
+    m = _LINE_LEVEL.match(line)
+    if not m:
+        return "info"
+    return _LEVELS.get((m.group("log") or m.group("jvm") or "info").upper(), "info")
+
+
+class _OutputAtItsLevel:
+    """The hook's logger, except that each output line it logs at info goes out at the line's own level."""
+
+    def __init__(self, log: Any) -> None:
+        self._inner = log
+
+    def info(self, msg: Any, *args: Any, **kwargs: Any) -> Any:
+        level = line_level(msg) if isinstance(msg, str) and not args else "info"
+        return getattr(self._inner, level)(msg, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def log_output_at_its_level(hook: Any) -> None:
+    """The provider logs every spark-submit output line at info: Spark's warnings and errors then hide among
+    thousands of info lines. Route each line by the level it states instead."""
+    hook._log = _OutputAtItsLevel(hook.log)

@@ -71,7 +71,9 @@ class SparkJobHook(BaseHook):
     def of_operator(cls, operator: Any, process_env: dict[str, str] | None = None) -> "SparkJobHook":
         """The hook of a ``SparkSubmitOperator``'s current arguments, which its ``execute`` then uses;
         ``process_env`` goes to spark-submit's own environment (never argv, never Spark conf)."""
-        return cls(spark_provider.use_submit_hook(operator, process_env))
+        submit_hook = spark_provider.use_submit_hook(operator, process_env)
+        spark_provider.log_output_at_its_level(submit_hook)
+        return cls(submit_hook)
 
     @classmethod
     def target_of(cls, operator: Any) -> SparkTarget:

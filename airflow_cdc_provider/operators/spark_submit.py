@@ -25,10 +25,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk.exceptions import AirflowException
 
 from airflow_cdc_provider.compat import spark_provider
 from airflow_cdc_provider.hooks.spark_job import SparkJobHook
 from airflow_cdc_provider.operators.frozen_heap import frozen_heap
+from airflow_cdc_provider.pipeline.job_errors import root_cause
 from airflow_cdc_provider.pipeline.jobspec import SECRETS_ENV, SECRETS_FILE_ENV, write_secrets_file
 from airflow_cdc_provider.spark.launch.class_archive import ClassArchive
 from airflow_cdc_provider.spark.launch.package import package_archive
@@ -157,6 +159,14 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
         try:
             SparkJobHook.of_operator(self, self._process_env)  # the hook execute() runs the job with
             super().execute(context)
+        except Exception as exc:
+            if self._archive:
+                self._archive.abandon(self._archive_options)
+            cause = self.job_failure(str(exc))
+            if cause is None:
+                raise
+            # the provider's error is the whole command line; the job's own error is what the user needs
+            raise AirflowException(f"the {self.job} Spark job failed: {cause} (its output is in the log above)") from None
         except BaseException:
             if self._archive:
                 self._archive.abandon(self._archive_options)
@@ -167,6 +177,10 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
         finally:
             self.log.info("%s: spark-submit ran %.2f s (command to exit)", self.job, time.monotonic() - started)
             self.release_secrets()
+
+    def job_failure(self, error: str) -> str | None:
+        """The line of a failed job's output that says what went wrong (``pipeline.job_errors``)."""
+        return root_cause(error)
 
     def _use_class_archive(self, detached: bool) -> None:
         self._archive, self._archive_options = None, ""

@@ -107,6 +107,13 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
         context["ti"].xcom_push(key=SPARK_UI_XCOM_KEY, value=(status.ui_url if status else None) or "")
         return self._ended(p, StreamHealth("ended", "", status))
 
+    def job_failure(self, error: str) -> str | None:
+        """What the stream job itself reported when it failed (its status), else its output's last exception."""
+        status = self._state.read_status() if self._state is not None else None
+        if status is not None and status.launch_id == getattr(self, "_launch_id", None) and status.error:
+            return status.error
+        return super().job_failure(error)
+
     # -- one stream per pipeline --------------------------------------------------------------------
     def _acquire_lease(self, p, lease: StreamLease) -> StreamLease | None:
         """Take the pipeline's stream lease; None once taken, else the live holder of another DAG run. A stale
@@ -150,7 +157,8 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
         """The ``available_now`` stream job in this process, on a new session of the ``connect_conn_id`` server."""
         from airflow.sdk.exceptions import AirflowException
 
-        from airflow_cdc_provider.spark.stream import StreamJob, failure_summary
+        from airflow_cdc_provider.pipeline.job_errors import failure_summary
+        from airflow_cdc_provider.spark.stream import StreamJob
 
         # the source's reads and the foreachBatch writer run in the server's Python workers: they import this package
         with self.connect_job(pipeline, True, "stream job") as spark:

@@ -29,6 +29,7 @@ from airflow_cdc_provider.compat import pyspark_internals
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.offsets import BinlogOffset
 from airflow_cdc_provider.pipeline.faults import FaultSwitch
+from airflow_cdc_provider.pipeline.job_errors import failure_summary
 from airflow_cdc_provider.pipeline.jobspec import JobSpec
 from airflow_cdc_provider.sinks.base import META_COLUMNS
 from airflow_cdc_provider.sinks.registry import open_sink
@@ -51,17 +52,6 @@ def application_info(spark) -> dict[str, str | None]:
     if is_connect(spark):
         return {"app_id": spark.conf.get("spark.app.id", None), "ui_url": None}
     return {"app_id": spark.sparkContext.applicationId, "ui_url": spark.sparkContext.uiWebUrl}
-
-
-def failure_summary(error: str) -> str:
-    """The line of a query's error that says what went wrong: a Python exception raised in a Spark worker comes
-    back as its whole traceback, followed by the query's description and the JVM stack; this is the
-    traceback's last line (``module.Error: message``), else the first line."""
-    lines = error.splitlines()
-    end = next((i for i, line in enumerate(lines) if line.strip().startswith(("SQLSTATE", "=== Streaming Query"))),
-               len(lines))
-    found = [line for line in lines[1:end] if line.strip() and not line.startswith(" ")]
-    return (found[-1] if found else (lines[0] if lines else "")).strip()[:500]
 
 
 class _GracefulStopHook:
@@ -233,7 +223,7 @@ class StreamJob:
         return {**self.writer.totals(), **(self.store.read_json(BATCH_TOTALS) or {})}
 
     # -- status --------------------------------------------------------------------------------------
-    def write_status(self, query, state: str) -> None:
+    def write_status(self, query, state: str, error: str | None = None) -> None:
         progress = query.lastProgress if query is not None else None
         end = None
         if progress and progress.get("sources"):
@@ -248,7 +238,8 @@ class StreamJob:
         self.store.write_status(StreamStatus(
             state=state, mode=self.mode, launch_id=self.spec.launch_id, pid=os.getpid(),
             last_offset=BinlogOffset.from_dict(end) if end else None, lag_seconds=round(lag, 3),
-            rows_emitted=totals["rows_emitted"], batches=totals["batches"], batch_id=totals["batch_id"], **self._app))
+            rows_emitted=totals["rows_emitted"], batches=totals["batches"], batch_id=totals["batch_id"], error=error,
+            **self._app))
 
     # -- run -----------------------------------------------------------------------------------------
     def request_stop(self) -> None:
@@ -312,7 +303,7 @@ class StreamJob:
         error = query.exception()
         if error is not None:
             self.error = str(error)
-            self.write_status(query, "failed")
+            self.write_status(query, "failed", failure_summary(self.error))
             log.error("stream failed: %s", error)
             return 1
         self.write_status(query, state)

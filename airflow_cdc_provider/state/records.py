@@ -192,6 +192,7 @@ class StreamStatus:
     batch_id: int | None = None
     app_id: str | None = None
     ui_url: str | None = None
+    error: str | None = None  # a failed stream: the line of its error that says what went wrong
     updated_at: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:

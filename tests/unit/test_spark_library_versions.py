@@ -85,3 +85,22 @@ def test_no_module_reaches_into_a_librarys_internals_outside_its_adapter():
     offenders = [f"{path.relative_to(ROOT)}:{n}" for path in sorted(package.rglob("*.py")) if path.parent.name != "compat"
                  for n, line in enumerate(path.read_text().splitlines(), 1) if private.search(line)]
     assert offenders == []
+
+
+def test_spark_output_lines_are_logged_at_their_own_level():
+    calls = []
+
+    class Recorder:
+        def __getattr__(self, level):
+            return lambda msg, *args, **kwargs: calls.append((level, msg))
+
+    hook = SparkSubmitHook(conn_id="spark_default")
+    hook._log = Recorder()
+    spark_provider.log_output_at_its_level(hook)
+    for line in ("26/11/25 14:32:00 WARN Utils: Your hostname resolves to a loopback address",
+                 "26/11/25 14:32:01 ERROR Executor: Exception in task 0.0", "26/11/25 14:32:01 INFO SparkContext: x",
+                 "2026-11-25 14:32:04,480 INFO airflow_cdc.job: Spark session ready", "[0.2s][warning][cds] skipped",
+                 "Identified spark driver id: driver-1"):
+        hook.log.info(line)
+    hook.log.warning("a warning of the hook's own")
+    assert [level for level, _ in calls] == ["warning", "error", "info", "info", "warning", "info", "warning"]

@@ -69,7 +69,7 @@ def test_process_alive_reaps_an_exited_child():
 
 
 def test_failure_summary_is_the_exception_line_of_a_worker_traceback():
-    from airflow_cdc_provider.spark.stream import failure_summary
+    from airflow_cdc_provider.pipeline.job_errors import failure_summary
 
     error = ("[STREAM_FAILED] [PYTHON_EXCEPTION] Found error inside foreachBatch Python process: Traceback (most recent call last):\n"
              '  File "/x/stream.py", line 140, in __call__\n'
@@ -79,3 +79,23 @@ def test_failure_summary_is_the_exception_line_of_a_worker_traceback():
     assert failure_summary(error) == "pymysql.err.OperationalError: (2003, \"Can't connect to MySQL server on 'db'\")"
     assert failure_summary("[CAST_INVALID_INPUT] bad value") == "[CAST_INVALID_INPUT] bad value"
     assert failure_summary("") == ""
+
+
+def test_root_cause_is_the_last_exception_line_of_a_jobs_output():
+    from airflow_cdc_provider.pipeline.job_errors import root_cause
+
+    tail = ("Cannot execute: spark-submit --master local[2] ... binlog_stream.py --spec /x. Error code is: 1.\n"
+            "Last spark-submit output:\n"
+            "26/11/25 14:32:04 WARN Utils: Your hostname resolves to a loopback address\n"
+            "Traceback (most recent call last):\n"
+            'File "/x/airflow_cdc_provider/spark/jobs.py", line 40, in _run\n'
+            "return runner(spark, spec, load_secrets())\n"
+            "pyspark.errors.exceptions.captured.StreamingQueryException: [CONCURRENT_STREAM_LOG_UPDATE] Concurrent "
+            "update to the log. Multiple streaming jobs detected for 12\n"
+            "26/11/25 14:32:05 INFO ShutdownHookManager: Shutdown hook called\n")
+    assert root_cause(tail) == ("pyspark.errors.exceptions.captured.StreamingQueryException: "
+                                "[CONCURRENT_STREAM_LOG_UPDATE] Concurrent update to the log. Multiple streaming jobs "
+                                "detected for 12")
+    assert root_cause("  airflow_cdc_provider.source.startup.StartupError: stream.startup file 'x' ...") == \
+        "airflow_cdc_provider.source.startup.StartupError: stream.startup file 'x' ..."
+    assert root_cause("Error code is: 137.\nKilled\n") is None  # nothing to say beyond the provider's message

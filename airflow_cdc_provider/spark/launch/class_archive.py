@@ -35,6 +35,9 @@ STALE_CLAIM_SECONDS = 3600
 _LENIENT = "-XX:+IgnoreUnrecognizedVMOptions"
 _MAP = "-XX:SharedArchiveFile="
 _DUMP = "-XX:ArchiveClassesAtExit="
+# the JVM warns on stdout, line by line, about every class it cannot archive (hundreds, in a task's log);
+# errors still show
+_QUIET = "-Xlog:cds*=error"
 
 
 def default_dir() -> Path:
@@ -83,7 +86,7 @@ class ClassArchive:
 
     @staticmethod
     def is_option(options: str) -> bool:
-        return _MAP in options or _DUMP in options
+        return _MAP in options or _DUMP in options or _QUIET in options
 
     @staticmethod
     def dumps(options: str) -> bool:
@@ -107,9 +110,9 @@ class ClassArchive:
         """Options for the driver JVM: map the archive, or dump it at exit if no other job is dumping it, or
         nothing (a job then starts as it would without an archive)."""
         if self.path.exists():
-            return f"{_LENIENT} {_MAP}{self.path}"
+            return f"{_LENIENT} {_QUIET} {_MAP}{self.path}"
         if self._take_claim():
-            return f"{_LENIENT} {_DUMP}{self.dump}"
+            return f"{_LENIENT} {_QUIET} {_DUMP}{self.dump}"
         return ""
 
     def publish(self, options: str) -> bool:
