@@ -65,7 +65,7 @@ def doc_md(cfg: PipelineConfig) -> str:
     )
 
 
-def build_dag(path: str | Path):
+def build_dag(path: str | Path, cfg: PipelineConfig | None = None):
     from airflow.sdk import DAG
 
     from airflow_cdc_provider.operators.collect import CollectWatermarksOperator
@@ -74,7 +74,7 @@ def build_dag(path: str | Path):
     from airflow_cdc_provider.operators.stream import BinlogStreamOperator
     from airflow_cdc_provider.sensors.retention import BinlogRetentionSensor
 
-    cfg = load_config(path)
+    cfg = cfg or load_config(path)
     config = str(Path(path).resolve())
     spark = spark_kwargs(cfg)
     connect_conn_id = cfg.spark.connect_conn_id  # opt-in: chunk tasks and available_now streams
@@ -110,8 +110,9 @@ def pipelines_folder(default: str | Path | None = None) -> Path:
     return Path(env) if env else Path(default or Path.cwd() / "pipelines")
 
 
-def _load(folder: str | Path | None) -> tuple[dict[str, Any], list[str]]:
-    """``({dag_id: DAG}, [error per file that did not load])`` for the pipeline YAML files in ``folder``."""
+def _load(folder: str | Path | None, build: bool = True) -> tuple[dict[str, Any], list[str]]:
+    """``({dag_id: DAG}, [error per file that did not load])`` for the pipeline YAML files in ``folder``.
+    ``build=False`` only validates the files (no DAG is built; the error reporter's parse stays cheap)."""
     d = Path(folder) if folder else pipelines_folder()
     if not d.is_dir():
         return {}, [f"pipeline folder {d} does not exist: create it or set AIRFLOW_CDC_PIPELINES to the folder "
@@ -120,17 +121,18 @@ def _load(folder: str | Path | None) -> tuple[dict[str, Any], list[str]]:
     errors: list[str] = []
     for path in sorted([*d.glob("*.yaml"), *d.glob("*.yml")]):
         try:
-            dag = build_dag(path)
+            cfg = load_config(path)
+            dag = build_dag(path, cfg) if build else None
         except ConfigError as exc:
             errors.append(str(exc))
         except Exception as exc:  # noqa: BLE001 - one broken pipeline must not hide the others
             errors.append(f"{path}: {type(exc).__name__}: {exc}")
         else:
-            if dag.dag_id in dags:
-                errors.append(f"{path}: dag_id {dag.dag_id!r} is already used by another pipeline file; "
+            if cfg.dag_id in dags:
+                errors.append(f"{path}: dag_id {cfg.dag_id!r} is already used by another pipeline file; "
                               "set a unique dag_id")
             else:
-                dags[dag.dag_id] = dag
+                dags[cfg.dag_id] = dag
     return dags, errors
 
 
@@ -145,8 +147,9 @@ def load_pipeline_dags(folder: str | Path | None = None) -> dict[str, Any]:
 
 def raise_pipeline_errors(folder: str | Path | None = None) -> None:
     """Raise ``PipelineFilesError`` naming every pipeline file in ``folder`` that does not load; return
-    quietly when all do. Called at import time by ``dags/cdc_pipeline_errors.py``."""
-    _, errors = _load(folder)
+    quietly when all do. Called at import time by ``dags/cdc_pipeline_errors.py``: it validates the files and
+    builds no DAG (``cdc_pipelines.py`` builds each pipeline's DAG once)."""
+    _, errors = _load(folder, build=False)
     if errors:
         raise PipelineFilesError(
             f"{len(errors)} pipeline file(s) not loaded (the other pipelines' DAGs are unaffected):\n"

@@ -1,8 +1,9 @@
-"""MySqlCdcHook: the CDC view of an Airflow ``mysql`` connection (binlog position and files, validation).
+"""MySqlCdcHook: the CDC view of a source connection (binlog position and files, validation).
 
-It reuses the ``mysql`` connection type: host/port/login/password/schema as usual, and in the extras
-``server_id_range`` (e.g. ``"5400-6400"``, replica ids our binlog readers use), ``ssl`` (``ca``/``cert``/
-``key``/``verify_identity``) and ``connect_timeout``.
+Its connection type ``mysql_cdc`` (registered by the provider, so the UI offers it with its extras) or the
+MySQL provider's ``mysql``: host/port/login/password/schema as usual, and in the extras ``server_id_range``
+(e.g. ``"5400-6400"``, replica ids our binlog readers use), ``ssl`` (``ca``/``cert``/``key``/
+``verify_identity``) or ``ssl_ca``/``ssl_cert``/``ssl_key``, ``charset`` and ``connect_timeout``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from airflow_cdc_provider.source.settings import ConnectionSettings
 class MySqlCdcHook(BaseHook):
     conn_name_attr = "mysql_conn_id"
     default_conn_name = "mysql_default"
-    conn_type = "mysql"
+    conn_type = "mysql_cdc"
     hook_name = "MySQL CDC"
 
     def __init__(self, mysql_conn_id: str = default_conn_name, settings: ConnectionSettings | None = None,

@@ -18,7 +18,7 @@ from airflow_cdc_provider.operators.links import SPARK_UI_XCOM_KEY, SparkUILink
 from airflow_cdc_provider.operators.spark_submit import CdcSparkSubmitOperator
 from airflow_cdc_provider.pipeline.plan import STREAM_SERVER_ID_SLOT
 from airflow_cdc_provider.pipeline.resolve import load_pipeline
-from airflow_cdc_provider.pipeline.stream_watch import StreamHealth, current_status, judge, lease_alive
+from airflow_cdc_provider.pipeline.stream_watch import ProgressLog, StreamHealth, current_status, judge, lease_alive
 from airflow_cdc_provider.state.records import StreamLaunch, StreamLease
 
 STOP_GRACE_SECONDS = 90  # a graceful stop ends the running batch first
@@ -215,11 +215,15 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
         return self._ended(p, health, launch.launch_id)
 
     def _watch(self, p, launch: StreamLaunch, timeout: float, until_started: bool = False) -> StreamHealth:
+        progress = ProgressLog()
         while True:
             health = judge(p.state.read_status(), launch, now=time.time(), heartbeat_timeout=timeout,
                            alive=SparkJobHook.alive(launch))
             if health.final or (until_started and current_status(health.status, launch)):
                 return health
+            line = progress.line(health.status, time.time())
+            if line:
+                self.log.info(line)
             time.sleep(1.0 if until_started else self.poll_interval)
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:

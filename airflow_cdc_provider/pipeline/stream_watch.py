@@ -34,6 +34,27 @@ class StreamHealth:
         return cls(data["verdict"], data["message"], StreamStatus.from_dict(status) if status else None)
 
 
+class ProgressLog:
+    """A continuous stream's progress for a task log, visible while it runs: a line when new batches were
+    written (at most one per ``batch_gap`` seconds), and one per ``idle_gap`` seconds while nothing changes."""
+
+    def __init__(self, batch_gap: float = 10.0, idle_gap: float = 60.0) -> None:
+        self.batch_gap, self.idle_gap = batch_gap, idle_gap
+        self._batch: int | None = None
+        self._at: float | None = None
+
+    def line(self, status: StreamStatus | None, now: float) -> str | None:
+        if status is None or status.state not in RUNNING_STATES:
+            return None
+        gap = self.batch_gap if status.batch_id != self._batch else self.idle_gap
+        if self._at is not None and now - self._at < gap:
+            return None
+        self._batch, self._at = status.batch_id, now
+        at = f"{status.last_offset.file}:{status.last_offset.pos}" if status.last_offset else "its start"
+        return (f"stream {status.state}: {status.batches} batch(es), {status.rows_emitted} row(s) emitted, lag "
+                f"{status.lag_seconds:.1f}s, at {at}")
+
+
 def current_status(status: StreamStatus | None, launch: StreamLaunch) -> StreamStatus | None:
     """The status if this launch wrote it (an older run's status file does not count): by the launch id the
     job got in its spec, or for launches without one, by time."""

@@ -10,7 +10,7 @@ from typing import Any, AsyncIterator
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_cdc_provider.hooks.spark_job import SparkJobHook
-from airflow_cdc_provider.pipeline.stream_watch import judge
+from airflow_cdc_provider.pipeline.stream_watch import ProgressLog, judge
 from airflow_cdc_provider.state.records import StreamLaunch
 from airflow_cdc_provider.state.store import StateStore
 
@@ -35,10 +35,14 @@ class StreamHeartbeatTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         store = StateStore(self.state_path)
         launch = StreamLaunch.from_dict(self.launch)
+        progress = ProgressLog()
         while True:
             status = await asyncio.to_thread(store.read_status)
             alive = await asyncio.to_thread(SparkJobHook.alive, launch)  # a REST call for a cluster driver
             health = judge(status, launch, now=time.time(), heartbeat_timeout=self.heartbeat_timeout, alive=alive)
+            line = progress.line(health.status, time.time())
+            if line:  # the triggerer writes it into the deferred task's log
+                self.log.info(line)
             if health.final:
                 yield TriggerEvent(health.to_dict())
                 return

@@ -81,3 +81,14 @@ def test_composite_comparisons_are_spelled_out_for_the_range_optimizer():
     assert range_predicate(["id"], None, None) == ("1=1", [])
 def test_percent_is_doubled_for_pymysql_formatting():
     assert quote_ident("50% off") == "`50%% off`"
+
+
+def test_the_source_connection_type_is_offered_with_its_fields():
+    """The UI's connection form lists ``mysql_cdc`` with the extras the source reads (no MySQL provider needed)."""
+    from airflow.providers_manager import ProvidersManager
+
+    pm = ProvidersManager()
+    assert pm.hooks["mysql_cdc"].hook_class_name == "airflow_cdc_provider.hooks.mysql_cdc.MySqlCdcHook"
+    widgets = pm.connection_form_widgets
+    for field in ("server_id_range", "ssl_ca", "charset", "connect_timeout"):
+        assert f"extra__mysql_cdc__{field}" in widgets, sorted(w for w in widgets if "mysql_cdc" in w)

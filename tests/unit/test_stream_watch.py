@@ -99,3 +99,18 @@ def test_root_cause_is_the_last_exception_line_of_a_jobs_output():
     assert root_cause("  airflow_cdc_provider.source.startup.StartupError: stream.startup file 'x' ...") == \
         "airflow_cdc_provider.source.startup.StartupError: stream.startup file 'x' ..."
     assert root_cause("Error code is: 137.\nKilled\n") is None  # nothing to say beyond the provider's message
+
+
+def test_progress_lines_come_with_new_batches_and_now_and_then_while_idle():
+    from airflow_cdc_provider.core.offsets import BinlogOffset
+    from airflow_cdc_provider.pipeline.stream_watch import ProgressLog
+
+    log = ProgressLog(batch_gap=10, idle_gap=60)
+    beat = StreamStatus("running", "continuous", batch_id=1, batches=2, rows_emitted=40, lag_seconds=0.5,
+                        last_offset=BinlogOffset("mariadb-bin.000003", 1234))
+    assert log.line(beat, 100) == ("stream running: 2 batch(es), 40 row(s) emitted, lag 0.5s, at "
+                                   "mariadb-bin.000003:1234")
+    assert log.line(replace(beat, batch_id=2), 105) is None  # batches come faster than one line per 10 s
+    assert log.line(replace(beat, batch_id=3), 111) is not None
+    assert log.line(replace(beat, batch_id=3), 160) is None and log.line(replace(beat, batch_id=3), 171)  # idle
+    assert log.line(replace(beat, state="stopped"), 999) is None and log.line(None, 999) is None
