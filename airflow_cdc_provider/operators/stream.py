@@ -119,6 +119,11 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
         """Take the pipeline's stream lease; None once taken, else the live holder of another DAG run. A stale
         lease (its holder gone) is taken over; so is the lease of an earlier try of this same task (a cleared
         stream task): its job is stopped first, gracefully, and this try resumes from the checkpoint."""
+        launched = p.state.read_launch()  # a stream launched before leases existed holds one all the same
+        if launched is not None and p.state.read_lease() is None and SparkJobHook.alive(launched) is not False:
+            p.state.try_lease(StreamLease(launched.launch_id, "a stream launched without a lease", 0,
+                                          launched.host or "", launched.pid or 0, "continuous", launched.started_at,
+                                          launched))
         while True:
             other = p.state.try_lease(lease)
             if other is None or other.launch_id == lease.launch_id:

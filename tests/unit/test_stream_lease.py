@@ -121,3 +121,16 @@ def test_a_backfill_run_is_told_apart_whatever_form_its_run_type_takes():
 
     assert is_backfill({"dag_run": Run(DagRunType.BACKFILL_JOB)}) and is_backfill({"dag_run": Run("backfill")})
     assert not is_backfill({"dag_run": Run(DagRunType.SCHEDULED)}) and not is_backfill({})
+
+
+def test_a_stream_launched_before_leases_existed_is_not_joined_by_a_second_one(pipeline):
+    config, p = pipeline
+    proc, launch = a_job()
+    try:
+        p.state.write_launch(launch)  # what an earlier provider version left: a launch record, no lease
+        op = BinlogStreamOperator(task_id="stream", config=config)
+        holder = op._acquire_lease(p, lease("b", holder="shop/run2/stream"))
+        assert holder is not None and holder.launch == launch and proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
