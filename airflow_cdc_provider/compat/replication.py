@@ -9,6 +9,10 @@ release may rename or reorder any of it, and a wrongly ordered argument would de
 So every such name is used here and nowhere else, and ``check_supported`` refuses, before the first connection,
 a library outside the versions this was written and tested against, or one that lacks any of these internals,
 with one error that says what to install.
+
+``check_supported`` also gives the library's row events the provider's readers where the library's own are
+wrong (``install_readers``): the library is the fallback and the reference of the compiled row decoder, and
+both must give the server's values.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from typing import Any, Callable
 from pymysql.connections import Connection
 from pymysql.protocol import MysqlPacket
 from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.constants import CHARSET
 from pymysqlreplication.packet import BinLogPacketWrapper
+from pymysqlreplication.row_event import RowsEvent
 
 from airflow_cdc_provider.compat import versions
 from airflow_cdc_provider.source.server import SourceError
@@ -47,6 +53,8 @@ _WRAPPER_PARAMETERS = (
 _WRAPPER_ATTRIBUTES = ("_BinLogPacketWrapper__data_buffer", "read_bytes", "packet")
 _PACKET_ATTRIBUTES = ("_data", "_position", "is_eof_packet")
 _CONNECTIONS = ("_stream_connection", "_ctl_connection")  # set by the reader's connect steps
+# The row event's column readers that ``install_readers`` replaces (called by the library as self.__read_time2, ...).
+_ROWS_EVENT_READERS = ("_RowsEvent__read_time2", "_RowsEvent__read_date", "charset_to_encoding")
 
 _supported = False  # check_supported passed once in this process
 
@@ -66,7 +74,40 @@ def check_supported() -> None:
     if _supported:
         return
     check_library(installed_version())
+    install_readers()
     _supported = True
+
+
+def install_readers() -> None:
+    """Replace the library's column readers that give wrong values or fail on values the server stores, class-wide
+    (every decode in this process then agrees with the compiled row decoder):
+
+    * TIME2: a negative time with a fraction comes out as -(s + 1 - f) instead of -(s + f) (the library reads the
+      fraction apart from the seconds it borrowed from); ``row_decoder.read_time2`` reads the whole;
+    * DATE: an invalid day (stored under ``ALLOW_INVALID_DATES``) raises; ``row_decoder.read_date`` says None;
+    * the codec of a character set: pymysql's names decode utf16 and utf32 in the wrong byte order, keep ucs2
+      and utf16le as bytes and raise on bytes latin1, ascii and cp125x columns hold; ``values.string_codec``
+      names the exact codec (other character sets keep the library's choice; validation refuses them)."""
+    if getattr(RowsEvent, "_cdc_readers", False):
+        return
+    from airflow_cdc_provider.source import row_decoder, values
+
+    library_encoding = RowsEvent.__dict__["charset_to_encoding"].__func__
+
+    def read_time2(self: Any, column: Any) -> Any:
+        return row_decoder.read_time2(self.packet.read(3 + (column.fsp + 1) // 2), column.fsp)
+
+    def read_date(self: Any) -> Any:
+        return row_decoder.read_date(self.packet.read(3))
+
+    def charset_to_encoding(name: str) -> Any:
+        codec = values.string_codec(library_charset(name))
+        return codec if isinstance(codec, str) else library_encoding(name)
+
+    RowsEvent._RowsEvent__read_time2 = read_time2
+    RowsEvent._RowsEvent__read_date = read_date
+    RowsEvent.charset_to_encoding = staticmethod(charset_to_encoding)
+    RowsEvent._cdc_readers = True
 
 
 def check_library(version: str, reader_class: type = BinLogStreamReader,
@@ -86,6 +127,9 @@ def missing_internals(reader_class: type = BinLogStreamReader,
                if not callable(getattr(reader_class, name, None))]
     if not callable(getattr(Connection, "_read_packet", None)):
         missing.append("pymysql Connection._read_packet")
+    missing += [f"RowsEvent.{name}" for name in _ROWS_EVENT_READERS if name not in RowsEvent.__dict__]
+    if not isinstance(getattr(getattr(CHARSET, "charsets", None), "_by_id", None), dict):
+        missing.append("pymysqlreplication.constants.CHARSET.charsets._by_id")
     try:
         reader = reader_class(connection_settings={}, server_id=1, enable_logging=False)
     except Exception as e:  # noqa: BLE001 - any failure means the constructor is not the one known here
@@ -111,6 +155,24 @@ def missing_internals(reader_class: type = BinLogStreamReader,
         missing += [f"{wrapper_class.__name__}().{name}" for name in _WRAPPER_ATTRIBUTES if not hasattr(wrapper, name)]
     missing += [f"pymysql MysqlPacket().{name}" for name in _PACKET_ATTRIBUTES if not hasattr(packet, name)]
     return missing
+
+
+# -- character sets ---------------------------------------------------------------------------------------------
+# The library names a string column's character set by the Python encoding of its own charset table (a table map
+# gives collation ids), which is the server's name but for these.
+_LIBRARY_CHARSETS = {"cp1252": "latin1", "koi8_r": "koi8r", "koi8_u": "koi8u", "utf8": "utf8mb4"}
+
+
+def library_charset(name: str | None) -> str | None:
+    """The server's character set of a library table map column's ``character_set_name``."""
+    return _LIBRARY_CHARSETS.get(name, name) if name is not None else None
+
+
+def library_knows_collation(collation: str, mariadb: bool) -> bool:
+    """Whether the library's charset table has ``collation``: a table map names a column's collation by id, and
+    the library takes an id it does not know for utf8 (MariaDB 10.10+'s uca1400 collations, for one)."""
+    dbms = "mariadb" if mariadb else "mysql"
+    return any(c.collation == collation for c in CHARSET.charsets._by_id.get(dbms, {}).values())
 
 
 # -- the stream ---------------------------------------------------------------------------------------------

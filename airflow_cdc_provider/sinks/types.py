@@ -1,6 +1,6 @@
 """Sink types: how every MySQL column type is stored, whichever path (JDBC snapshot or binlog) read it.
 
-``mysql/values.py`` makes the two readers agree on one canonical Python value. This module takes the next
+``source/values.py`` makes the two readers agree on one canonical Python value. This module takes the next
 step, shared by the snapshot job, the stream and both sinks:
 
 * ``spark``: the Spark SQL type of the column in the sink (a DDL string, no Spark import here);
@@ -31,8 +31,13 @@ DATE                date                date
 DATETIME(n)         timestamp_ntz       timestamp(n)          wall clock, no time zone
 TIMESTAMP(n)        timestamp           timestamptz(n)        an instant; read in UTC on both paths
 TIME(n)             string              text                  '[-]HH:MM:SS[.f*n]' as MySQL prints it
-YEAR                smallint            smallint
+YEAR                smallint            smallint              0000 is 0
+INET4/INET6/UUID    string              text                  as MariaDB prints them
+GEOMETRY, POINT...  binary              bytea                 MySQL's internal format: 4-byte SRID + WKB
 ==================  ==================  ====================  =================================================
+
+Every other type (VECTOR, MySQL's binary JSON, a type a newer server adds) raises ``UnsupportedColumnType``,
+which validation reports with the table, before any Spark task starts.
 """
 
 from __future__ import annotations
@@ -45,18 +50,34 @@ from typing import Any, Callable
 from airflow_cdc_provider.source.schema import Column, TableSchema
 from airflow_cdc_provider.source.server import SourceError
 from airflow_cdc_provider.source.sql import quote_ident
+from airflow_cdc_provider.source.values import SPATIAL_TYPES
 
 Converter = Callable[[Any], Any]
 
 SPARK_DECIMAL_MAX_PRECISION = 38
-UNSUPPORTED = {"geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
-               "geometrycollection"}
-TEXT_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json"}
-BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+TEXT_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set"}
+BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"} | SPATIAL_TYPES
+ADDRESS_TYPES = {"inet4", "inet6", "uuid"}  # MariaDB's fixed binary types, read as their text on both paths
+# Temporal values SELECTed as text; a zero date, a zero part, an invalid day (ALLOW_INVALID_DATES) and year 0
+# have no date value: the year-0 ones are NULL in the SELECT, the others in Spark's try_cast, as the binlog
+# decoders give them.
+TEMPORAL_SQL = "IF(YEAR({0}) = 0, NULL, CAST({0} AS CHAR))"
+# Types refused by name: why they cannot be captured, and what to do.
+REFUSED = {
+    "vector": "VECTOR (MariaDB 11.7+, MySQL 9), whose binlog form is not decoded",
+    "json": "MySQL's binary JSON, whose binlog form cannot be shown to give the text SELECT prints",
+}
 
 
 class UnsupportedColumnType(SourceError):
-    pass
+    """A column no sink can hold; ``problem`` says why and what to do."""
+
+    def __init__(self, column: str, problem: str) -> None:
+        self.column, self.problem = column, problem
+        super().__init__(f"column {column!r} {problem}")
+
+    def for_table(self, table: str) -> str:
+        return f"column {self.column!r} of table {table!r} {self.problem}"
 
 
 @dataclass(frozen=True)
@@ -65,6 +86,7 @@ class SinkType:
     postgres: str
     cast_sql: str | None = None  # e.g. "CAST({} AS CHAR)": how the JDBC read selects it; None = as is
     to_sink: Converter | None = None  # canonical -> Spark value; None = identity
+    try_cast: bool = False  # Spark casts the selected text with try_cast: text it cannot parse becomes NULL
 
     def convert(self, value: Any) -> Any:
         if value is None or self.to_sink is None:
@@ -112,10 +134,11 @@ def _int_types(col: Column) -> tuple[str, str]:
 
 def sink_type(col: Column) -> SinkType:
     t = col.data_type
-    if t in UNSUPPORTED:
+    if t in REFUSED:
         raise UnsupportedColumnType(
-            f"column {col.name!r} has spatial type {col.column_type}, which is not supported yet; "
-            "leave the table out of source.tables or capture a view-free copy without it"
+            col.name, f"has type {col.column_type}: {REFUSED[t]}; it cannot be captured: leave the table out of "
+            "source.tables, or move the column to a table that is not captured (a view is no way around it: views "
+            "have no binlog)"
         )
     if col.is_integer:
         spark, pg = _int_types(col)
@@ -139,13 +162,13 @@ def sink_type(col: Column) -> SinkType:
     if t == "year":
         return SinkType("smallint", "smallint", "CAST({} AS UNSIGNED)")
     if t == "date":
-        return SinkType("date", "date", "CAST({} AS CHAR)")
+        return SinkType("date", "date", TEMPORAL_SQL, try_cast=True)
     if t == "datetime":
         fsp = col.datetime_precision or 0
-        return SinkType("timestamp_ntz", f"timestamp({fsp})", "CAST({} AS CHAR)")
+        return SinkType("timestamp_ntz", f"timestamp({fsp})", TEMPORAL_SQL, try_cast=True)
     if t == "timestamp":
         fsp = col.datetime_precision or 0
-        return SinkType("timestamp", f"timestamptz({fsp})", "CAST({} AS CHAR)", _utc_instant)
+        return SinkType("timestamp", f"timestamptz({fsp})", TEMPORAL_SQL, _utc_instant, try_cast=True)
     if t == "time":
         fsp = col.datetime_precision or 0
         return SinkType("string", "text", "CAST({} AS CHAR)", lambda v: format_time(v, fsp) if isinstance(v, dt.timedelta) else str(v))
@@ -153,7 +176,12 @@ def sink_type(col: Column) -> SinkType:
         return SinkType("binary", "bytea")
     if t in TEXT_TYPES:
         return SinkType("string", "text")
-    return SinkType("string", "text", "CAST({} AS CHAR)", str)
+    if t in ADDRESS_TYPES:
+        return SinkType("string", "text", "CAST({} AS CHAR)")
+    raise UnsupportedColumnType(
+        col.name, f"has type {col.column_type}, which cannot be captured (no tested mapping to the sinks): leave the "
+        "table out of source.tables, or move the column to a table that is not captured"
+    )
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,14 @@ sysbench changes). This module reads the same bytes with a plan built once per T
 per column, fixed-width columns unpacked in place, strings decoded with an encoding chosen up front, and the
 canonical conversions of ``values.py`` applied on the way (BIT as an int, SET as its text, BINARY(n)
 padded). Its values must equal ``RowCanonicalizer.from_binlog`` of the library's values, byte for byte:
-tests/integration/test_row_decoder.py decodes every supported type both ways.
+tests/component/test_row_decoder.py decodes every supported type both ways.
 
 The library stays the reference and the fallback: a table map with a column type this plan does not cover
-(MySQL's binary JSON, GEOMETRY, the pre-5.6 temporal formats), column names that are not the table's
-(the table changed since), a row image that is not FULL, or a partial JSON update is decoded by the library.
+(MySQL's binary JSON, the pre-5.6 temporal formats, a character set without a codec), column names that are
+not the table's (the table changed since), a row image that is not FULL, or a partial JSON update is decoded
+by the library. Where the library decodes a column wrongly (negative TIME with a fraction) or fails on a value
+the server stores (an invalid DATE, a character set it has no exact codec for), ``compat/replication.py``
+gives it this module's readers (``read_time2``, ``read_date``) and ``values.string_codec``.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pymysqlreplication.constants import BINLOG, FIELD_TYPE
 
 from airflow_cdc_provider.compat import replication
 from airflow_cdc_provider.source.schema import TableSchema, enum_values
-from airflow_cdc_provider.source.values import RowCanonicalizer
+from airflow_cdc_provider.source.values import UNSUPPORTED_CHARSET, RowCanonicalizer, string_codec
 
 Step = tuple  # (column name, kind, reader or codec, fixed size, canonical converter or None)
 _EPOCH = dt.datetime(1970, 1, 1)
@@ -39,29 +42,6 @@ _FIXED_INTS = {
     FIELD_TYPE.LONG: ("<i", "<I"),
     FIELD_TYPE.LONGLONG: ("<q", "<Q"),
 }
-
-
-_UNKNOWN = object()  # a charset the library cannot name a codec for: it decodes such columns itself
-
-
-def _library_encoding(column: Any) -> Any:
-    """The codec the library decodes this string column with; None keeps the bytes (a charset Python does
-    not know, e.g. ``binary``), as the library does on its LookupError."""
-    import codecs
-
-    from pymysql.charset import charset_by_name
-
-    if column.character_set_name is None:
-        return "utf-8"
-    charset = charset_by_name(column.character_set_name)
-    encoding = charset.encoding if charset else column.character_set_name
-    if not isinstance(encoding, str):
-        return _UNKNOWN
-    try:
-        codecs.lookup(encoding)
-    except LookupError:
-        return None
-    return encoding
 
 
 def _signed_be(data: bytes, pos: int, size: int) -> int:
@@ -109,30 +89,59 @@ def _datetime2_whole(data: bytes, pos: int):
 
 
 def _timestamp2_whole(data: bytes, pos: int):
-    return _EPOCH + dt.timedelta(seconds=_signed_be(data, pos, 4))  # utcfromtimestamp, without its deprecation
+    """utcfromtimestamp, without its deprecation; 0 is the zero TIMESTAMP (None)."""
+    seconds = _signed_be(data, pos, 4)
+    return _EPOCH + dt.timedelta(seconds=seconds) if seconds else None
 
 
 def _time2(fsp: int) -> Callable:
-    size, frac = _fsp_reader(fsp)
+    """MySQL's TIME2 (MariaDB writes the same): 3 big-endian bytes of sign, unused bit, 10-bit hour, 6-bit minute
+    and 6-bit second, then ``(fsp + 1) // 2`` bytes of fraction (1/100 s, 1/10000 s or microseconds), the whole
+    one integer offset by ``0x800000`` in its first three bytes. A negative time is the negated whole, so its
+    fraction borrows from the seconds (-1.5 s is -2 s and +0.5 s in the bytes): the absolute value of the whole
+    gives the fields, as ``TIME_from_longlong_time_packed`` reads them. The library reads the fraction apart
+    from the seconds, which gives -(s + 1 - f) for -(s + f)."""
+    size = (fsp + 1) // 2
+    width, bits = 3 + size, 8 * size
+    offset, mask, scale = 0x800000 << bits, (1 << bits) - 1, (0, 10_000, 100, 1)[size]
 
     def read(data: bytes, pos: int):
-        v = _signed_be(data, pos, 3)
-        sign = 1 if (v >> 23) & 1 else -1
-        if sign == -1:
-            v = ~v + 1
-        t = dt.timedelta(hours=(v >> 12) & 0x3FF, minutes=(v >> 6) & 0x3F, seconds=v & 0x3F,
-                         microseconds=frac(data, pos + 3)) * sign
-        return t, pos + 3 + size
+        v = int.from_bytes(data[pos:pos + width], "big") - offset
+        negative = v < 0
+        if negative:
+            v = -v
+        hms = v >> bits
+        t = dt.timedelta(seconds=(hms >> 12 & 0x3FF) * 3600 + (hms >> 6 & 0x3F) * 60 + (hms & 0x3F),
+                         microseconds=(v & mask) * scale)
+        return (-t if negative else t), pos + width
 
     return read
 
 
+_TIME2 = [_time2(fsp) for fsp in range(7)]
+
+
+def read_time2(raw: bytes, fsp: int) -> dt.timedelta:
+    """A TIME2 value of ``3 + (fsp + 1) // 2`` bytes (the library's reader, see ``compat/replication.py``)."""
+    return _TIME2[fsp](raw, 0)[0]
+
+
 def _date(data: bytes, pos: int):
+    """None for a zero date, a zero part and an invalid day (stored under ALLOW_INVALID_DATES), as SELECT and
+    the Spark read give them."""
     v = data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16
     year, month, day = v >> 9, (v >> 5) & 0xF, v & 0x1F
     if not (year and month and day):
         return None, pos + 3
-    return dt.date(year, month, day), pos + 3
+    try:
+        return dt.date(year, month, day), pos + 3
+    except ValueError:
+        return None, pos + 3
+
+
+def read_date(raw: bytes) -> dt.date | None:
+    """A DATE value of 3 bytes (the library's reader, see ``compat/replication.py``)."""
+    return _date(raw, 0)[0]
 
 
 def _decimal(precision: int, scale: int) -> Callable:
@@ -211,7 +220,9 @@ def _bit(nbytes: int, bits: int) -> Callable:
 
 
 def _year(data: bytes, pos: int):
-    return data[pos] + 1900, pos + 1
+    """Canonical already: 1901..2155, and 0 for the year 0000."""
+    v = data[pos]
+    return (v + 1900 if v else 0), pos + 1
 
 
 def _step(column: Any, schema_column: Any, convert: Callable | None) -> Step | None:
@@ -220,15 +231,15 @@ def _step(column: Any, schema_column: Any, convert: Callable | None) -> Step | N
     if t in _FIXED_INTS:
         fmt = struct.Struct(_FIXED_INTS[t][1 if column.unsigned else 0])
         return name, _FIXED, fmt.unpack_from, fmt.size, convert
-    if t == FIELD_TYPE.FLOAT:  # the float32 value itself is canonical
+    if t == FIELD_TYPE.FLOAT:  # the float32 value itself is canonical, unless FLOAT(M,D) rounds it
         fmt = struct.Struct("<f")
-        return name, _FIXED, fmt.unpack_from, fmt.size, None
+        return name, _FIXED, fmt.unpack_from, fmt.size, convert if schema_column.numeric_scale is not None else None
     if t == FIELD_TYPE.DOUBLE:
         fmt = struct.Struct("<d")
         return name, _FIXED, fmt.unpack_from, fmt.size, convert
     if t in (FIELD_TYPE.VARCHAR, FIELD_TYPE.STRING, FIELD_TYPE.BLOB):
-        encoding = _library_encoding(column)
-        if encoding is _UNKNOWN:
+        encoding = string_codec(replication.library_charset(column.character_set_name))
+        if encoding is UNSUPPORTED_CHARSET:
             return None
         if t == FIELD_TYPE.BLOB:
             return name, _CALL, _blob(column.length_size, encoding), None, convert
@@ -239,20 +250,22 @@ def _step(column: Any, schema_column: Any, convert: Callable | None) -> Step | N
         return name, _CALL, _decimal(column.precision, column.decimals), None, convert
     if t == FIELD_TYPE.DATETIME2:
         return name, _CALL, _with_fraction(5, _datetime2_whole, column.fsp), None, convert
-    if t == FIELD_TYPE.TIMESTAMP2:
-        return name, _CALL, _with_fraction(4, _timestamp2_whole, column.fsp), None, convert
+    if t == FIELD_TYPE.TIMESTAMP2:  # canonical already (the zero TIMESTAMP is None)
+        return name, _CALL, _with_fraction(4, _timestamp2_whole, column.fsp), None, None
     if t == FIELD_TYPE.TIME2:
-        return name, _CALL, _time2(column.fsp), None, convert
+        return name, _CALL, _TIME2[column.fsp], None, convert
     if t == FIELD_TYPE.DATE:
         return name, _CALL, _date, None, convert
     if t == FIELD_TYPE.YEAR:
-        return name, _CALL, _year, None, convert
+        return name, _CALL, _year, None, None
     if t == FIELD_TYPE.ENUM and column.enum_values:
         return name, _CALL, _enum(column.size, list(column.enum_values)), None, convert
     if t == FIELD_TYPE.SET and schema_column.data_type == "set":
         return name, _CALL, _set(column.size, enum_values(schema_column.column_type)), None, None
     if t == FIELD_TYPE.BIT:
         return name, _CALL, _bit(column.bytes, column.bits), None, None
+    if t == FIELD_TYPE.GEOMETRY:  # SRID + WKB, the bytes as stored
+        return name, _CALL, _blob(column.length_size, None), None, None
     return None
 
 

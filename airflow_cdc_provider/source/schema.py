@@ -8,6 +8,9 @@ Table patterns, matched against ``database.table``:
 
 The chunk key is the primary key (all its columns, in key order) unless the pipeline names a chunk key
 column for the table.
+
+System-versioned tables are discovered (a pattern matching one must not skip it silently) and refused by
+``load_schema``: a DELETE there is an UPDATE in the binlog and the primary key holds the hidden ``row_end``.
 """
 
 from __future__ import annotations
@@ -51,6 +54,11 @@ class Column:
     @property
     def is_collated_string(self) -> bool:
         return self.data_type in STRING_TYPES and bool(self.collation)
+
+    @property
+    def compressed(self) -> bool:
+        """MariaDB's column compression (``VARCHAR(n) COMPRESSED``), shown in COLUMN_TYPE as a comment."""
+        return "compressed" in self.column_type.lower()
 
 
 @dataclass(frozen=True)
@@ -121,12 +129,13 @@ def is_exact(pattern: str) -> bool:
     return not pattern.startswith("re:") and not any(ch in pattern for ch in "*?[")
 
 
-def list_tables(conn: Any) -> list[TableId]:
+def list_tables(conn: Any, table_types: Sequence[str] = ("BASE TABLE", "SYSTEM VERSIONED")) -> list[TableId]:
     with conn.cursor() as cur:
         cur.execute(
             "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
-            "WHERE TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA NOT IN "
-            "('mysql', 'information_schema', 'performance_schema', 'sys') ORDER BY 1, 2"
+            f"WHERE TABLE_TYPE IN ({', '.join(['%s'] * len(table_types))}) AND TABLE_SCHEMA NOT IN "
+            "('mysql', 'information_schema', 'performance_schema', 'sys') ORDER BY 1, 2",
+            tuple(table_types),
         )
         return [TableId(db, t) for db, t in cur.fetchall()]
 
@@ -141,6 +150,11 @@ def discover(conn: Any, patterns: Sequence[str]) -> list[TableId]:
         if is_exact(pattern):
             TableId.parse(pattern)
             if pattern not in names:
+                if pattern in {str(t) for t in list_tables(conn, ("VIEW", "SEQUENCE"))}:
+                    raise TableConfigError(
+                        f"{pattern!r} is a view or a sequence, not a table: it has no binlog rows of its own to "
+                        "capture; capture the tables it reads from instead (check source.tables)"
+                    )
                 raise TableConfigError(_unknown_table_message(pattern, available))
             matches = [names[pattern]]
         else:
@@ -200,6 +214,16 @@ def load_schema(conn: Any, table: TableId, chunk_key: str | Sequence[str] | None
             (table.database, table.table),
         )
         pk = tuple(r[0] for r in cur.fetchall())
+        cur.execute(
+            "SELECT TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+            (table.database, table.table),
+        )
+        if any(r[0] == "SYSTEM VERSIONED" for r in cur.fetchall()):
+            raise TableConfigError(
+                f"table {str(table)!r} is system-versioned (WITH SYSTEM VERSIONING), which cannot be captured: its "
+                "binlog writes a DELETE as an UPDATE of the hidden row_end column and keeps history rows that SELECT "
+                "does not show; leave it out of source.tables (narrow a pattern that matches it)"
+            )
     names = [c.name for c in columns]
     if chunk_key:
         key = (chunk_key,) if isinstance(chunk_key, str) else tuple(chunk_key)

@@ -9,7 +9,16 @@ Checks, each with a message that says what to change:
   and ``binlog_row_value_options=PARTIAL_JSON``): their rows cannot be decoded;
 * privileges: REPLICATION SLAVE (binlog dump), REPLICATION CLIENT / BINLOG MONITOR (watermarks), SELECT on
   every captured table;
-* tables: exist, have a primary key or a configured chunk key, chunk key columns exist and are NOT NULL.
+* tables: exist, are not system-versioned, have a primary key or a configured chunk key, chunk key columns exist
+  and are NOT NULL, and a UNIQUE index (or the primary key) covers the chunk key: every sink keys rows by it, so
+  rows with equal keys would overwrite each other;
+* columns: every one has a sink type (``sinks/types.py``: VECTOR, MySQL's binary JSON and unknown types have
+  none), and the binlog decoders read it as SELECT does: not COMPRESSED, a character set with an exact codec
+  (``values.CHARSET_CODECS``) and a collation the binlog library knows, ENUM/SET members that are the same in
+  the column's character set as in UTF-8 (the library reads them as UTF-8).
+
+A column that cannot be captured correctly is refused here, naming table, column and fix, never inside a Spark
+task.
 """
 
 from __future__ import annotations
@@ -20,10 +29,13 @@ from typing import Any, Mapping, Sequence
 
 import pymysql
 
+from airflow_cdc_provider.compat import replication
 from airflow_cdc_provider.core.chunks import TableId
-from airflow_cdc_provider.source.schema import TableConfigError, TableSchema, discover, load_schema
+from airflow_cdc_provider.sinks.types import UnsupportedColumnType, sink_type
+from airflow_cdc_provider.source.schema import Column, TableConfigError, TableSchema, discover, enum_values, load_schema
 from airflow_cdc_provider.source.server import ServerInfo, SourceError, server_info, variables
 from airflow_cdc_provider.source.sql import display_table, quote_table
+from airflow_cdc_provider.source.values import CHARSET_CODECS, UNSUPPORTED_CHARSET, string_codec
 
 ER_ACCESS_DENIED_CODES = {1044, 1045, 1142, 1143, 1227}
 
@@ -133,14 +145,116 @@ def check_table_access(conn: Any, schema: TableSchema) -> list[str]:
     return []
 
 
-def check_chunk_key(schema: TableSchema) -> list[str]:
+# Types whose order in the server is not the order of their canonical value, which chunk lookups compare: INET4,
+# INET6 and UUID order by their binary form (UUID with swapped segments), SET by its bit mask.
+UNORDERED_KEY_TYPES = {"inet4", "inet6", "uuid", "set"}
+
+
+@dataclass(frozen=True)
+class UniqueKey:
+    """A UNIQUE index (or the primary key) of a table."""
+
+    index: str
+    columns: tuple[str, ...]
+
+    def describe(self) -> str:
+        cols = self.columns[0] if len(self.columns) == 1 else f"[{', '.join(self.columns)}]"
+        return f"{cols} (index {self.index})"
+
+
+def unique_keys(conn: Any, table: TableId) -> list[UniqueKey]:
+    """The table's unique indexes, primary key first (``information_schema.STATISTICS``, NON_UNIQUE = 0)."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
+            "AND TABLE_NAME = %s AND NON_UNIQUE = 0 ORDER BY INDEX_NAME <> 'PRIMARY', INDEX_NAME, SEQ_IN_INDEX",
+            (table.database, table.table),
+        )
+        indexes: dict[str, list[str]] = {}
+        for index, column in cur.fetchall():
+            indexes.setdefault(index, []).append(column)
+    return [UniqueKey(i, tuple(c)) for i, c in indexes.items()]
+
+
+def check_chunk_key(schema: TableSchema, keys: Sequence[UniqueKey] | None = None) -> list[str]:
+    """NOT NULL, and unique: a unique index whose columns are all chunk key columns covers it (the NOT NULL key
+    columns make it unique even where the index allows NULLs). ``keys``: the table's unique keys (None: only
+    NOT NULL is checked)."""
+    table = str(schema.table)
+    problems = []
     nullable = [c.name for c in schema.key if c.nullable]
     if nullable:
-        return [
-            f"chunk key column {nullable[0]!r} of table {str(schema.table)!r} is nullable: rows with NULL keys "
+        problems.append(
+            f"chunk key column {nullable[0]!r} of table {table!r} is nullable: rows with NULL keys "
             "would belong to no chunk; choose a NOT NULL column as source.chunk_key for this table"
-        ]
-    return []
+        )
+    for col in schema.key:
+        if col.data_type in UNORDERED_KEY_TYPES:
+            problems.append(
+                f"chunk key column {col.name!r} of table {table!r} has type {col.column_type}, which the server orders "
+                "otherwise than its value's text (by its binary form or bit mask), while chunks are looked up by "
+                "that text: set source.chunk_key to a unique NOT NULL key of other types for this table, or leave "
+                "the table out of source.tables"
+            )
+    if keys is None or any(set(k.columns) <= set(schema.key_columns) for k in keys):
+        return problems
+    key = schema.key_columns
+    what = f"chunk key column {key[0]!r}" if len(key) == 1 else f"chunk key ({', '.join(key)})"
+    not_null = {c.name for c in schema.columns if not c.nullable}
+    candidates = [k for k in keys if set(k.columns) <= not_null]
+    problem = (f"{what} of table {table!r} is not unique (no UNIQUE index or primary key covers it): every sink keys "
+               "rows by the chunk key, so rows with equal keys would overwrite each other; ")
+    if candidates:
+        problem += ("choose one of the table's unique NOT NULL keys as source.chunk_key for this table: "
+                    + ", ".join(k.describe() for k in candidates))
+    else:
+        problem += ("the table has no unique NOT NULL key, so it cannot be captured yet: add a primary key or a "
+                    "unique NOT NULL key (or leave the table out of source.tables)")
+    problems.append(problem)
+    return problems
+
+
+def check_columns(schema: TableSchema, info: ServerInfo) -> list[str]:
+    """Every column has a sink type and is decoded from the binlog as SELECT gives it."""
+    table = str(schema.table)
+    problems = []
+    for col in schema.columns:
+        try:
+            sink_type(col)
+        except UnsupportedColumnType as exc:
+            problems.append(exc.for_table(table))
+            continue
+        problem = _decoding_problem(schema.table, col, info)
+        if problem:
+            problems.append(f"column {col.name!r} of table {table!r} {problem}")
+    return problems
+
+
+def _decoding_problem(table: TableId, col: Column, info: ServerInfo) -> str | None:
+    modify = f"ALTER TABLE {display_table(table)} MODIFY `{col.name.replace('`', '``')}`"
+    leave_out = "or leave the table out of source.tables"
+    if col.compressed:
+        return (f"is COMPRESSED ({col.column_type}): MariaDB writes compressed columns to the binlog in a form the "
+                f"binlog reader cannot parse; redefine the column without COMPRESSED ({modify} ...), {leave_out}")
+    if not col.charset:
+        return None
+    codec = string_codec(col.charset)
+    to_utf8mb4 = f"convert the column to utf8mb4 ({modify} {col.column_type} CHARACTER SET utf8mb4 ...), {leave_out}"
+    if codec is UNSUPPORTED_CHARSET:
+        return (f"has character set {col.charset}, whose characters the binlog reader cannot decode exactly as the "
+                f"server converts them: {to_utf8mb4}; character sets that can be captured: "
+                f"{', '.join(sorted(CHARSET_CODECS))}")
+    if col.collation and codec != "utf-8" and not replication.library_knows_collation(col.collation, info.is_mariadb):
+        return (f"has collation {col.collation}, which the binlog reader (python-mysql-replication) does not know and "
+                f"would decode as UTF-8: give the column another collation of {col.charset} ({modify} ... COLLATE "
+                f"{col.charset}_general_ci), or {to_utf8mb4}")
+    if col.data_type in ("enum", "set") and codec != "utf-8":
+        for member in enum_values(col.column_type):
+            if member.encode(codec or "utf-8") != member.encode("utf-8"):
+                return (f"is {col.data_type.upper()} in character set {col.charset} with the member {member!r}, which "
+                        "the binlog names otherwise than the server does (the binlog reader reads members as UTF-8): "
+                        f"{to_utf8mb4}")
+    return None
 
 
 def validate_source(
@@ -166,7 +280,8 @@ def validate_source(
         except TableConfigError as exc:
             problems.append(str(exc))
             continue
-        table_problems = check_table_access(conn, schema) + check_chunk_key(schema)
+        table_problems = (check_table_access(conn, schema) + check_chunk_key(schema, unique_keys(conn, table))
+                          + check_columns(schema, info))
         problems += table_problems
         if not table_problems:
             schemas.append(schema)

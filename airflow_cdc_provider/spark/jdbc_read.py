@@ -1,9 +1,9 @@
-"""Reading key ranges of a MySQL/MariaDB table with Spark's JDBC source, values typed by ``mysql.types``.
+"""Reading key ranges of a MySQL/MariaDB table with Spark's JDBC source, values typed by ``sinks/types.py``.
 
 URL ``jdbc:mysql://`` with the MariaDB Connector/J driver class (a ``jdbc:mariadb:`` URL makes Spark pick a
 dialect that returns wrong values, feasibility P5). Each Spark partition is one key range; the range
 predicate is applied to the table's own key columns, so MariaDB range-scans the primary key. Lossy types
-are selected as text/numbers (``mysql.types``) and cast back in Spark.
+are selected as text/numbers (``sinks/types.py``) and cast back in Spark.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def read_key_ranges(spark, settings: ConnectionSettings, types: TableSinkTypes, 
     cols = []
     for i, (c, t) in enumerate(zip(schema.columns, types.types, strict=True)):
         src = F.col(f"__cdc_{i}")
-        # temporal text that Spark cannot cast (MySQL zero dates) becomes NULL, as the binlog reader gives
-        cast = src.try_cast(t.spark) if t.cast_sql == "CAST({} AS CHAR)" and t.spark != "string" else src.cast(t.spark)
+        # temporal text that Spark cannot cast (invalid dates) becomes NULL, as the binlog decoders give
+        cast = src.try_cast(t.spark) if t.try_cast else src.cast(t.spark)
         cols.append(cast.alias(c.name))
     return df.select(*cols)

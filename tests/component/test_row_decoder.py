@@ -21,11 +21,24 @@ from airflow_cdc_provider.source.binlog_packets import PacketReader
 from airflow_cdc_provider.source.schema import load_schema
 from airflow_cdc_provider.source.server import SourceError, current_offset
 
-from .test_type_fidelity import ALL_TYPES_DDL, EXTREMES, UPDATED, ZEROS, insert
+from .test_type_fidelity import (
+    ALL_TYPES_DDL,
+    EMPTY_COLLECTION,
+    EXTREMES,
+    LINE,
+    POINT_SRID,
+    UPDATED,
+    ZEROS,
+    insert,
+    random_inet6,
+    random_uuid,
+)
 from .test_validation import global_setting
 
 # Wire formats the all-types table does not reach: other charsets, 2-byte string lengths, other BLOB length
-# sizes, every fractional-second width, DECIMAL group boundaries, BIT widths across bytes, 2-byte SET masks.
+# sizes, every fractional-second width (negative TIME with a fraction of every fsp), DECIMAL group boundaries,
+# BIT widths across bytes, 2-byte SET masks, INET6/UUID bytes with trailing zeros dropped, geometries,
+# FLOAT(M,D)/DOUBLE(M,D) rounding, YEAR 0000.
 WIDE_DDL = """CREATE TABLE wide (id INT PRIMARY KEY,
  l1 VARCHAR(20) CHARACTER SET latin1, l2 CHAR(5) CHARACTER SET latin1, a1 VARCHAR(10) CHARACTER SET ascii,
  u3 VARCHAR(10) CHARACTER SET utf8mb3, c200 CHAR(200), v300 VARCHAR(300), vbin VARBINARY(300),
@@ -34,7 +47,9 @@ WIDE_DDL = """CREATE TABLE wide (id INT PRIMARY KEY,
  t1 TIME(1), t2 TIME(2), t3 TIME(3), t4 TIME(4), t5 TIME(5),
  dt1 DATETIME(1), dt2 DATETIME(2), dt4 DATETIME(4), dt5 DATETIME(5), ts0 TIMESTAMP NULL, ts3 TIMESTAMP(3) NULL,
  b7 BIT(7), b13 BIT(13), b33 BIT(33), e2 ENUM('a','b','c','d'), s10 SET('s0','s1','s2','s3','s4','s5','s6','s7','s8','s9'),
- mi MEDIUMINT, miu MEDIUMINT UNSIGNED, fl FLOAT, y YEAR)"""
+ mi MEDIUMINT, miu MEDIUMINT UNSIGNED, fl FLOAT, y YEAR,
+ t0 TIME, t6 TIME(6), i6 INET6, u UUID, g GEOMETRY, s16 VARCHAR(20) CHARACTER SET utf16,
+ s32 VARCHAR(20) CHARACTER SET utf32, w1250 VARCHAR(20) CHARACTER SET cp1250, dmd DOUBLE(12,3), fmd FLOAT(9,2))"""
 
 
 def create(db, ddl: str, table: str, zone: str):
@@ -104,7 +119,10 @@ def _wide_row(rng: random.Random, i: int) -> tuple:
             maybe(rng.randint(0, 2**7 - 1)), maybe(rng.randint(0, 2**13 - 1)), maybe(rng.randint(0, 2**33 - 1)),
             maybe(rng.choice("abcd")), maybe(",".join(f"s{k}" for k in range(10) if rng.random() < 0.4)),
             maybe(rng.randint(-2**23, 2**23 - 1)), maybe(rng.randint(0, 2**24 - 1)), maybe(rng.uniform(-1e6, 1e6)),
-            maybe(rng.randint(1901, 2155)))
+            maybe(rng.choice([0, rng.randint(1901, 2155)])),
+            maybe(time_value(0).split(".")[0]), maybe(time_value(6)), maybe(random_inet6(rng)), maybe(random_uuid(rng)),
+            maybe(rng.choice([POINT_SRID, LINE, EMPTY_COLLECTION])), maybe(text(20, "aé😀ж")), maybe(text(20, "aé😀ж")),
+            maybe(text(20, "aąčšŽ€")), maybe(rng.uniform(-1e8, 1e8)), maybe(rng.uniform(-1e6, 1e6)))
 
 
 def test_random_values_of_every_wire_format_decode_as_the_library_does(source_db, server_id):
@@ -128,6 +146,8 @@ def test_random_values_of_every_wire_format_decode_as_the_library_does(source_db
     values = [r.after for r in reference if r.after]
     assert any(isinstance(v["mb"], bytes) and len(v["mb"]) > 65_535 for v in values)  # a 3-byte length
     assert any(v["t3"] is not None and v["t3"] < dt.timedelta(0) for v in values)  # negative fractional TIME
+    assert any(v["t6"] is not None and v["t6"] < dt.timedelta(0) and v["t6"].microseconds for v in values)
+    assert any(v["i6"] is not None and "::" in v["i6"] for v in values) and any(v["y"] == 0 for v in values)
 
 
 def test_packet_reader_falls_back_follows_files_and_skips_other_tables(source_db, server_id):

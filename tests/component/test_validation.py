@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import pymysql
 import pytest
 
+from airflow_cdc_provider.core.chunks import TableId
+from airflow_cdc_provider.source.schema import load_schema
+from airflow_cdc_provider.source.server import server_info
 from airflow_cdc_provider.source.settings import ConnectionSettings
-from airflow_cdc_provider.source.validation import SourceValidationError, validate_source
+from airflow_cdc_provider.source.validation import SourceValidationError, check_columns, validate_source
 from airflow_cdc_provider.testing.mariadb import PrivateMariaDB
 
 
@@ -133,7 +137,7 @@ def test_globs_and_regexes_discover_tables(source_db):
 
 
 def test_table_without_primary_key(source_db):
-    source_db.execute("CREATE TABLE log (event_id BIGINT NOT NULL, msg TEXT, n INT)")
+    source_db.execute("CREATE TABLE log (event_id BIGINT NOT NULL, msg TEXT, n INT, UNIQUE KEY uq_event (event_id))")
     name = source_db.table("log")
     assert problems(source_db.settings, [name]) == [
         f"table '{name}' has no primary key: set a chunk key column for it "
@@ -150,7 +154,7 @@ def test_chunk_key_column_missing(source_db, table_t):
 
 
 def test_nullable_chunk_key(source_db):
-    source_db.execute("CREATE TABLE log (msg TEXT, n INT)")
+    source_db.execute("CREATE TABLE log (msg TEXT, n INT, UNIQUE KEY uq_n (n))")
     name = source_db.table("log")
     found = problems(source_db.settings, [name], {name: "n"})
     assert found == [
@@ -169,3 +173,158 @@ def test_every_problem_is_reported_at_once(mariadb, source_db, table_t):
     assert found[1].startswith("unknown table")
     assert found[2].startswith(f"table '{source_db.table('nokey')}' has no primary key")
     assert found[3] == f"source.chunk_key names table '{source_db.table('other')}', which is not among the captured tables"
+
+
+# -- chunk keys must be unique ---------------------------------------------------------------------------------
+def test_non_unique_chunk_key_is_refused_with_the_unique_keys_it_could_use(source_db):
+    """Every sink keys rows by the chunk key: a NOT NULL but non-unique one would keep one row of many."""
+    source_db.execute("CREATE TABLE log (a INT NOT NULL, b INT NOT NULL, c INT, e VARCHAR(20) NOT NULL, "
+                      "UNIQUE KEY uq_e (e), UNIQUE KEY uq_bc (b, c), UNIQUE KEY uq_ab (a, b))")
+    name = source_db.table("log")
+    unique_keys = "[a, b] (index uq_ab), e (index uq_e)"  # uq_bc has a nullable column: no candidate
+    for key in ("a", ["b"], ["c", "b"]):
+        shown = "(c, b)" if len(key) == 2 else "column 'a'" if key == "a" else "column 'b'"
+        found = problems(source_db.settings, [name], {name: key})
+        if key == ["c", "b"]:  # uq_bc covers it, but c is nullable
+            assert found[0].startswith(f"chunk key column 'c' of table '{name}' is nullable") and len(found) == 1
+            continue
+        assert found == [
+            f"chunk key {shown} of table '{name}' is not unique (no UNIQUE index or primary key covers it): every "
+            "sink keys rows by the chunk key, so rows with equal keys would overwrite each other; choose one of the "
+            f"table's unique NOT NULL keys as source.chunk_key for this table: {unique_keys}"
+        ]
+
+
+def test_composite_chunk_key_that_no_unique_index_covers_is_refused(source_db):
+    """(a, b) is not unique when the unique index is (a, b, c): a unique index must lie within the chunk key."""
+    source_db.execute("CREATE TABLE t3 (a INT NOT NULL, b INT NOT NULL, c INT NOT NULL, UNIQUE KEY uq_abc (a, b, c))")
+    name = source_db.table("t3")
+    assert problems(source_db.settings, [name], {name: ["a", "b"]}) == [
+        f"chunk key (a, b) of table '{name}' is not unique (no UNIQUE index or primary key covers it): every sink "
+        "keys rows by the chunk key, so rows with equal keys would overwrite each other; choose one of the table's "
+        "unique NOT NULL keys as source.chunk_key for this table: [a, b, c] (index uq_abc)"
+    ]
+
+
+def test_chunk_key_of_a_table_without_unique_keys_says_it_cannot_be_captured_yet(source_db):
+    source_db.execute("CREATE TABLE heap (a INT NOT NULL, b INT, UNIQUE KEY uq_b (b))")  # b may be NULL: no key
+    name = source_db.table("heap")
+    assert problems(source_db.settings, [name], {name: "a"}) == [
+        f"chunk key column 'a' of table '{name}' is not unique (no UNIQUE index or primary key covers it): every "
+        "sink keys rows by the chunk key, so rows with equal keys would overwrite each other; the table has no "
+        "unique NOT NULL key, so it cannot be captured yet: add a primary key or a unique NOT NULL key (or leave "
+        "the table out of source.tables)"
+    ]
+
+
+def test_chunk_keys_a_unique_index_or_the_primary_key_covers_are_accepted(source_db):
+    source_db.execute("CREATE TABLE log (a INT NOT NULL, b INT NOT NULL, c INT, e VARCHAR(20) NOT NULL, "
+                      "UNIQUE KEY uq_e (e(5)), UNIQUE KEY uq_ab (a, b))")
+    source_db.execute("CREATE TABLE pk (id INT PRIMARY KEY, x INT NOT NULL)")
+    log, pk = source_db.table("log"), source_db.table("pk")
+    cases = [(log, "e"), (log, ["a", "b"]), (log, ["b", "a"]), (log, ["e", "a"]), (pk, ["x", "id"]), (pk, "id")]
+    for table, key in cases:  # a prefix index (e(5)) is unique on whole values too; extra columns keep it unique
+        result = validate(source_db.settings, [table], {table: key})
+        assert result.schemas[0].key_columns == ((key,) if isinstance(key, str) else tuple(key)), (table, key)
+
+
+def test_chunk_key_types_the_server_orders_otherwise_are_refused(source_db):
+    source_db.execute("CREATE TABLE addr (u UUID NOT NULL PRIMARY KEY, ip INET6 NOT NULL, n INT NOT NULL, "
+                      "UNIQUE KEY uq_ip (ip), UNIQUE KEY uq_n (n))")
+    name = source_db.table("addr")
+    found = problems(source_db.settings, [name])
+    assert found == [
+        f"chunk key column 'u' of table '{name}' has type uuid, which the server orders otherwise than its value's "
+        "text (by its binary form or bit mask), while chunks are looked up by that text: set source.chunk_key to a "
+        "unique NOT NULL key of other types for this table, or leave the table out of source.tables"
+    ]
+    assert problems(source_db.settings, [name], {name: "ip"})[0].startswith(
+        f"chunk key column 'ip' of table '{name}' has type inet6, which the server orders otherwise")
+    assert validate(source_db.settings, [name], {name: "n"}).schemas[0].key_columns == ("n",)
+
+
+# -- every column type: refused here, never inside a Spark task ------------------------------------------------
+def test_columns_the_binlog_cannot_give_as_select_does_are_refused(source_db):
+    source_db.execute("""CREATE TABLE odd (id INT PRIMARY KEY, v VARCHAR(10) COMPRESSED,
+        s VARCHAR(10) CHARACTER SET sjis, g TEXT CHARACTER SET gbk, u VARCHAR(5) CHARACTER SET utf16 COLLATE
+        utf16_uca1400_ai_ci, e ENUM('é', 'a') CHARACTER SET latin1, st SET('a', 'b') CHARACTER SET ucs2,
+        fine_enum ENUM('a', 'b') CHARACTER SET latin1, fine_text TEXT CHARACTER SET latin1, p POINT, i6 INET6)""")
+    name = source_db.table("odd")
+    modify = f"ALTER TABLE `{source_db.name}`.`odd` MODIFY"
+    supported = ("ascii, binary, cp1250, cp1251, cp1257, cp850, cp852, koi8r, latin1, latin2, latin5, latin7, "
+                 "macroman, tis620, ucs2, utf16, utf16le, utf32, utf8, utf8mb3, utf8mb4")
+    assert problems(source_db.settings, [name]) == [
+        f"column 'v' of table '{name}' is COMPRESSED (varchar(10) /*M!100301 COMPRESSED*/): MariaDB writes "
+        "compressed columns to the binlog in a form the binlog reader cannot parse; redefine the column without "
+        f"COMPRESSED ({modify} `v` ...), or leave the table out of source.tables",
+        f"column 's' of table '{name}' has character set sjis, whose characters the binlog reader cannot decode "
+        f"exactly as the server converts them: convert the column to utf8mb4 ({modify} `s` varchar(10) CHARACTER "
+        f"SET utf8mb4 ...), or leave the table out of source.tables; character sets that can be captured: "
+        f"{supported}",
+        f"column 'g' of table '{name}' has character set gbk, whose characters the binlog reader cannot decode "
+        f"exactly as the server converts them: convert the column to utf8mb4 ({modify} `g` text CHARACTER SET "
+        f"utf8mb4 ...), or leave the table out of source.tables; character sets that can be captured: {supported}",
+        f"column 'u' of table '{name}' has collation utf16_uca1400_ai_ci, which the binlog reader "
+        "(python-mysql-replication) does not know and would decode as UTF-8: give the column another collation of "
+        f"utf16 ({modify} `u` ... COLLATE utf16_general_ci), or convert the column to utf8mb4 ({modify} `u` "
+        "varchar(5) CHARACTER SET utf8mb4 ...), or leave the table out of source.tables",
+        f"column 'e' of table '{name}' is ENUM in character set latin1 with the member 'é', which the binlog names "
+        "otherwise than the server does (the binlog reader reads members as UTF-8): convert the column to utf8mb4 "
+        f"({modify} `e` enum('é','a') CHARACTER SET utf8mb4 ...), or leave the table out of source.tables",
+        f"column 'st' of table '{name}' is SET in character set ucs2 with the member 'a', which the binlog names "
+        "otherwise than the server does (the binlog reader reads members as UTF-8): convert the column to utf8mb4 "
+        f"({modify} `st` set('a','b') CHARACTER SET utf8mb4 ...), or leave the table out of source.tables",
+    ]
+
+
+def test_system_versioned_tables_and_views_are_refused_by_name(source_db):
+    source_db.execute("CREATE TABLE hist (id INT PRIMARY KEY, v INT) WITH SYSTEM VERSIONING")
+    source_db.execute("CREATE TABLE plain (id INT PRIMARY KEY)")
+    source_db.execute("CREATE VIEW recent AS SELECT id FROM plain")
+    hist, recent = source_db.table("hist"), source_db.table("recent")
+    versioned = (f"table '{hist}' is system-versioned (WITH SYSTEM VERSIONING), which cannot be captured: its binlog "
+                 "writes a DELETE as an UPDATE of the hidden row_end column and keeps history rows that SELECT does "
+                 "not show; leave it out of source.tables (narrow a pattern that matches it)")
+    assert problems(source_db.settings, [hist, recent]) == [
+        f"'{recent}' is a view or a sequence, not a table: it has no binlog rows of its own to capture; capture the "
+        "tables it reads from instead (check source.tables)",
+        versioned,
+    ]
+    assert problems(source_db.settings, [f"{source_db.name}.*"]) == [versioned]  # a pattern does not skip it
+
+
+def test_types_no_sink_can_hold_are_refused_by_name(source_db):
+    """VECTOR (MariaDB 11.7+, MySQL 9) and MySQL's binary JSON cannot be created on this server: the column is
+    given the type such a server reports, and validation's column check refuses it; so does a type a newer server
+    might add."""
+    source_db.execute("CREATE TABLE emb (id INT PRIMARY KEY, v VARBINARY(12), j LONGTEXT, x INT)")
+    with source_db.connection() as conn:
+        schema = load_schema(conn, TableId(source_db.name, "emb"))
+        info = server_info(conn)
+    reported = {"v": ("vector", "vector(3)"), "j": ("json", "json"), "x": ("frobnicate", "frobnicate")}
+    columns = tuple(dataclasses.replace(c, data_type=reported[c.name][0], column_type=reported[c.name][1])
+                    if c.name in reported else c for c in schema.columns)
+    name = source_db.table("emb")
+    move = ("leave the table out of source.tables, or move the column to a table that is not captured")
+    assert check_columns(dataclasses.replace(schema, columns=columns), info) == [
+        f"column 'v' of table '{name}' has type vector(3): VECTOR (MariaDB 11.7+, MySQL 9), whose binlog form is not "
+        f"decoded; it cannot be captured: {move} (a view is no way around it: views have no binlog)",
+        f"column 'j' of table '{name}' has type json: MySQL's binary JSON, whose binlog form cannot be shown to give "
+        f"the text SELECT prints; it cannot be captured: {move} (a view is no way around it: views have no binlog)",
+        f"column 'x' of table '{name}' has type frobnicate, which cannot be captured (no tested mapping to the "
+        f"sinks): {move}",
+    ]
+
+
+def test_every_other_type_of_this_server_passes(source_db):
+    """The types the sinks hold (docs/types.md), including the spatial ones, INET4/INET6/UUID, generated and
+    INVISIBLE columns, and strings in every character set with an exact codec."""
+    from .test_type_fidelity import ALL_TYPES_DDL, CHARSETS_DDL
+
+    source_db.execute(ALL_TYPES_DDL)
+    source_db.execute(CHARSETS_DDL)
+    source_db.execute("CREATE TABLE gen (id INT PRIMARY KEY, a INT, v INT AS (a * 2) VIRTUAL, "
+                      "s INT AS (a * 3) STORED, inv INT INVISIBLE, ls LINESTRING, mp MULTIPOLYGON, "
+                      "gc GEOMETRYCOLLECTION)")
+    result = validate(source_db.settings, [f"{source_db.name}.*"])
+    assert sorted(s.table.table for s in result.schemas) == ["all_types", "charsets", "gen"]

@@ -11,7 +11,17 @@ from airflow_cdc_provider.sinks.postgres import PostgresMirror
 from airflow_cdc_provider.sinks.registry import open_sink
 from airflow_cdc_provider.spark.verify import verify_table
 
-from ..component.test_type_fidelity import ALL_TYPES_DDL, EXTREMES, UPDATED, ZEROS
+from ..component.test_type_fidelity import (
+    ALL_TYPES_DDL,
+    CHARSETS_DDL,
+    EMPTY_COLLECTION,
+    EXTREMES,
+    POINT_SRID,
+    SINGLE_BYTE_CHARSETS,
+    UPDATED,
+    WIDE_CHARSETS,
+    ZEROS,
+)
 from .cdc_helpers import Pipeline, jdbc_sink, parquet_sink, sink_rows, source_rows, table_types
 
 
@@ -49,9 +59,67 @@ def test_all_types_snapshot_then_binlog_updates_verify_equal(source_db, tmp_path
     assert row[cols.index("d")] == "0.000000000000000000000000000001"
     assert row[cols.index("tm6")] == "838:59:58.999999" and row[cols.index("vc")] == "ñ"
     assert got[(2,)][cols.index("ts")] == dt.datetime(2024, 1, 1, 22, 4, 5, 654321)  # written at +05:00
+    # the types added to the table: spatial (SRID + WKB), addresses and UUIDs as MariaDB prints them, DOUBLE(M,D)
+    # as SELECT rounds it, negative fractional TIME, zero dates and zero parts as NULL, latin1 and utf16 text
+    assert row[cols.index("g")] == EMPTY_COLLECTION and got[(2,)][cols.index("pt")] == POINT_SRID
+    assert [row[cols.index(c)] for c in ("i4", "i6", "u")] == ["1.0.0.0", "1:0:0:1::1",
+                                                              "01890a5d-ac96-774b-bcce-b302099a8057"]
+    assert got[(2,)][cols.index("i6")] == "::ffff:1.2.3.4" and got[(2,)][cols.index("dmd")] == -0.0001
+    assert row[cols.index("tm3")] == "-838:59:58.999" and got[(2,)][cols.index("tm3")] == "-00:00:00.001"
+    assert row[cols.index("dz")] is row[cols.index("dtz")] is got[(2,)][cols.index("dz")] is None
+    assert got[(2,)][cols.index("l1")] == "é\x81x" and got[(2,)][cols.index("u16")] == "é😀"
 
     verdict = verify_table(spark, source_db.settings, open_sink(sink, p.secrets, spark), types, [(None, None)])
     assert verdict.equal and verdict.source_rows == verdict.sink_rows == 4, verdict.to_dict()
+
+
+@pytest.mark.parametrize("sink_type", ["parquet", "jdbc"])
+def test_generated_invisible_columns_invalid_dates_and_every_charset_through_both_sinks(
+        source_db, tmp_path, spark, postgres, sink_type):
+    """What the all-types table cannot hold: generated and INVISIBLE columns (the Spark read names every column),
+    invalid dates stored under ALLOW_INVALID_DATES (NULL through Spark's try_cast as on the binlog), and every
+    byte of every single-byte character set with an exact codec (Connector/J's conversion on the snapshot side) but
+    NUL, which PostgreSQL's text cannot hold (the binary column has it)."""
+    source_db.execute(CHARSETS_DDL)
+    source_db.execute("CREATE TABLE gen (id INT PRIMARY KEY, a INT, v INT AS (a * 2) VIRTUAL, "
+                      "s VARCHAR(20) AS (CONCAT('x', a)) STORED, inv INT INVISIBLE DEFAULT 5, d DATE, "
+                      "dt DATETIME(3), ts TIMESTAMP NULL)")
+    source_db.execute("SET SESSION sql_mode = 'ALLOW_INVALID_DATES'")
+    every_byte, text_bytes = bytes(range(256)), bytes(range(1, 256))
+    wide = ["é€ж日本", "é😀ж𝄞", "é€ж日本", "é😀ж𝄞", "é😀ж𝄞", "é😀ж𝄞"]
+    marks = ", ".join(["%s"] * (len(SINGLE_BYTE_CHARSETS) + len(WIDE_CHARSETS) + 4))
+    source_db.execute(f"INSERT INTO charsets VALUES ({marks})",
+                      (1, *[text_bytes] * len(SINGLE_BYTE_CHARSETS), *wide, text_bytes, "b c", every_byte))
+    source_db.execute(f"INSERT INTO charsets VALUES ({marks})",
+                      (2, *["abc"] * len(SINGLE_BYTE_CHARSETS), *[""] * len(WIDE_CHARSETS), "", "a", b""))
+    source_db.execute("INSERT INTO gen (id, a, inv, d, dt, ts) VALUES (1, 10, 7, '2024-02-31', "
+                      "'2024-02-30 10:00:00.5', '0000-00-00 00:00:00'), (2, NULL, 8, '2024-02-29', "
+                      "'0000-01-01 00:00:00.000', '1970-01-01 05:00:01')")
+    sink = parquet_sink(tmp_path) if sink_type == "parquet" else jdbc_sink(postgres, f"g_{source_db.name}")
+    p = Pipeline(source_db, tmp_path, sink, ["charsets", "gen"], postgres=postgres, chunk_size=1)
+    p.snapshot(p.plan())
+    p.collect()
+    types = {t: table_types(source_db, t) for t in ("charsets", "gen")}
+    for t in types:
+        assert sink_rows(spark, sink, p.secrets, types[t]) == source_rows(source_db, t), t
+
+    source_db.execute("UPDATE charsets SET c_latin1 = t_latin1, c_utf16 = c_utf8mb4, t_latin1 = 'z' WHERE id = 1")
+    source_db.execute(f"INSERT INTO charsets VALUES ({marks})",
+                      (3, *[text_bytes[::-1]] * len(SINGLE_BYTE_CHARSETS), *wide[::-1], text_bytes, "", b"\x00"))
+    source_db.execute("UPDATE gen SET a = a + 1, inv = inv + 1, d = '2024-04-31', ts = '2038-01-19 03:14:07'")
+    source_db.execute("INSERT INTO gen (id, a, d, dt) VALUES (3, 3, '0000-00-00', '2024-00-01 00:00:00')")
+    p.stream()
+    for t in types:
+        got, want = sink_rows(spark, sink, p.secrets, types[t]), source_rows(source_db, t)
+        assert got == want, t
+        verdict = verify_table(spark, source_db.settings, open_sink(sink, p.secrets, spark), types[t], [(None, None)])
+        assert verdict.equal and verdict.source_rows == verdict.sink_rows == 3, verdict.to_dict()
+    cols = types["gen"].schema.column_names
+    gen = sink_rows(spark, sink, p.secrets, types["gen"])
+    assert [gen[(1,)][cols.index(c)] for c in ("a", "v", "s", "inv", "d", "dt")] == [11, 22, "x11", 8, None, None]
+    latin1 = sink_rows(spark, sink, p.secrets, types["charsets"])[(3,)][types["charsets"].schema.column_names.index(
+        "c_latin1")]
+    assert len(latin1) == 255 and latin1[255 - 0x81] == "\x81" and latin1[-1] == "\x01"  # the bytes reversed
 
 
 def test_postgres_mirror_converges_under_replays_and_reordering(postgres, request):
