@@ -21,7 +21,6 @@ from airflow_cdc_provider.core.offsets import BinlogOffset
 from airflow_cdc_provider.source.server import SourceError, binlog_files, current_offset
 from airflow_cdc_provider.source.settings import ConnectionSettings
 
-
 log = logging.getLogger("airflow_cdc.startup")
 
 
