@@ -97,7 +97,8 @@ def _spark_pipeline(args: argparse.Namespace):
     cfg = load_config(args.config)
     pipeline = resolve_pipeline(cfg)
     tables = cfg.source.tables
-    plan = plan_chunks(pipeline.source, tables, cfg.snapshot.split_options(), cfg.source.chunk_key)
+    plan = plan_chunks(pipeline.source, tables, cfg.snapshot.split_options(), cfg.source.chunk_key,
+                       captured_before=pipeline.captured_before())
     if args.table:
         names = [str(s.table) for s in plan.schemas]
         if args.table not in names:
@@ -106,6 +107,7 @@ def _spark_pipeline(args: argparse.Namespace):
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from airflow_cdc_provider.pipeline.table_schemas import dropped_tables
     from airflow_cdc_provider.sinks.types import TableSinkTypes
     from airflow_cdc_provider.spark.session import spark_session, stop_session
     from airflow_cdc_provider.spark.verify import verify_table
@@ -128,11 +130,17 @@ def cmd_verify(args: argparse.Namespace) -> int:
     finally:
         stop_session(spark)
     equal = all(v.equal for v in verdicts)
+    dropped = dropped_tables(pipeline.state)
+    gone = {name: dropped[name].describe() if name in dropped else "the stream has not reached its drop yet"
+            for name in plan.validation.gone}
     if args.json:
-        json.dump({"dag_id": cfg.dag_id, "equal": equal, "tables": [v.to_dict() for v in verdicts]}, sys.stdout, indent=2)
+        json.dump({"dag_id": cfg.dag_id, "equal": equal, "tables": [v.to_dict() for v in verdicts],
+                   "dropped": gone}, sys.stdout, indent=2)
         print()
     else:
         print(f"Verify {cfg.dag_id}: source {pipeline.source.describe()} vs {sink.describe()}")
+        for name, how in gone.items():
+            print(f"  {name:<40} DROPPED   not on the source any more ({how}); its sink data is kept")
         for v in verdicts:
             bad = [c for c in v.chunks if c.differing]
             status = "EQUAL" if v.equal else "DIFFERENT"

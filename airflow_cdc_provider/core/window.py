@@ -3,7 +3,8 @@
 The SELECT ran somewhere between LW and HW, so a row may be older or newer than HW. The last change of each
 key inside the chunk that was written in the window is what the key looks like at HW: an insert or update
 puts its after image, a delete removes the key. Changes of keys outside the chunks belong to other chunks
-and are ignored. This is Flink CDC's ``upsertBinlog``. ``window_changes`` picks those last changes (pure);
+and are ignored. This is Flink CDC's ``upsertBinlog``. A TRUNCATE in the window voids the SELECTed rows
+(``after_last_truncate``): only what was written after it remains. ``window_changes`` picks those last changes (pure);
 the fold itself is ``fold_rows`` for rows in a dict, and a keyed anti-join plus union for rows in Spark
 (``spark.snapshot.fold_window``).
 """
@@ -16,8 +17,37 @@ from typing import Any, Callable, Iterable, Mapping
 from airflow_cdc_provider.core.chunks import Chunk
 from airflow_cdc_provider.core.keys import Key
 from airflow_cdc_provider.core.records import OP_CREATE, OP_DELETE, OP_UPDATE, ChangeRecord
+from airflow_cdc_provider.core.schema_changes import TRUNCATE, SchemaChange
 
 LastChanges = dict[Key, tuple[ChangeRecord, int]]  # key -> (its newest change in the window, its chunk index)
+
+
+class SchemaChangeInWindow(RuntimeError):
+    """A drop or definition change of the table between a window's watermarks: the SELECT may have read either
+    definition, so the window cannot be folded. A new read of the chunks (a retry) reads the new one."""
+
+    def __init__(self, change: SchemaChange) -> None:
+        self.change = change
+        super().__init__(
+            f"{change.describe()} happened while this chunk was read, so its rows may hold either definition: "
+            "retry the chunk task (it reads the table as it is now). Chunks read before the change are re-read "
+            "too: the stream re-snapshots the table when it reaches the change")
+
+
+def after_last_truncate(records: Iterable[ChangeRecord | SchemaChange]) -> tuple[list[ChangeRecord], bool]:
+    """A window's row changes after its last TRUNCATE, and whether one happened (the SELECTed rows are then
+    void: every row at the high watermark was written after it). Raises ``SchemaChangeInWindow`` for any other
+    schema change."""
+    rows: list[ChangeRecord] = []
+    truncated = False
+    for rec in records:
+        if isinstance(rec, SchemaChange):
+            if rec.kind != TRUNCATE:
+                raise SchemaChangeInWindow(rec)
+            rows, truncated = [], True
+        else:
+            rows.append(rec)
+    return rows, truncated
 
 
 def window_changes(records: Iterable[ChangeRecord], locate: Callable[[Key], Chunk | None]) -> tuple[LastChanges, Counter]:

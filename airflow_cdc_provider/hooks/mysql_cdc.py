@@ -60,12 +60,14 @@ class MySqlCdcHook(BaseHook):
         with self.connection() as conn:
             return [f for f, _ in binlog_files(conn)]
 
-    def validate(self, tables: list[str], chunk_keys: dict[str, Any] | None = None):
-        """Raise ``SourceValidationError`` listing every problem (binlog settings, privileges, tables, keys)."""
+    def validate(self, tables: list[str], chunk_keys: dict[str, Any] | None = None, captured_before=()):
+        """Raise ``SourceValidationError`` listing every problem (binlog settings, privileges, tables, keys);
+        ``captured_before``: tables whose absence means they were dropped, not misspelt."""
         from airflow_cdc_provider.source.validation import validate_source
 
         with self.connection() as conn:
-            return validate_source(conn, tables, chunk_keys or {}, source=f"source {self.settings.describe()}")
+            return validate_source(conn, tables, chunk_keys or {}, source=f"source {self.settings.describe()}",
+                                   captured_before=captured_before)
 
     def test_connection(self) -> tuple[bool, str]:
         try:

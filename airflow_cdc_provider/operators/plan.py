@@ -12,6 +12,7 @@ from airflow_cdc_provider.core.chunks import ChunkTask
 from airflow_cdc_provider.operators.dag_run import is_backfill
 from airflow_cdc_provider.pipeline.plan import plan_chunks, startup_seed
 from airflow_cdc_provider.pipeline.resolve import load_pipeline
+from airflow_cdc_provider.pipeline.table_schemas import dropped_tables, pending_resyncs
 from airflow_cdc_provider.source.validation import SourceValidationError
 from airflow_cdc_provider.state.records import TablePlan
 
@@ -38,10 +39,12 @@ class ValidateSourceOperator(BaseOperator):
             raise AirflowFailException("pipeline paths:\n- " + "\n- ".join(problems))
         hook = MySqlCdcHook(p.config.source.conn_id, settings=p.source)
         try:
-            result = hook.validate(p.config.source.tables, p.config.source.chunk_key)
+            result = hook.validate(p.config.source.tables, p.config.source.chunk_key, p.captured_before())
         except SourceValidationError as exc:
             raise AirflowFailException("source validation failed:\n- " + "\n- ".join(exc.problems)) from None
-        return {"server": result.info.version, "tables": [str(s.table) for s in result.schemas]}
+        for name in result.gone:
+            self.log.warning("table %s, captured before, no longer exists on the source (dropped or renamed)", name)
+        return {"server": result.info.version, "tables": [str(s.table) for s in result.schemas], "gone": result.gone}
 
 
 class PlanChunksOperator(BaseOperator):
@@ -82,13 +85,22 @@ class PlanChunksOperator(BaseOperator):
             self.log.info("stream.startup %s: no snapshot; the stream starts at %s (recorded now)",
                           p.stream.startup, seed.start)
 
+        resyncs = {} if backfill else pending_resyncs(p.state)
+        for name, change in resyncs.items():
+            self.log.warning("%s: re-snapshotted now, as the stream's schema change asks", change.describe())
+
         def needs_snapshot(schema) -> bool:
             name = str(schema.table)
-            return name in resnapshot or (snapshot_first and name not in finished)
+            return name in resnapshot or name in resyncs or (snapshot_first and name not in finished)
 
         plan = plan_chunks(p.source, p.config.source.tables, p.config.snapshot.split_options(),
                            p.config.source.chunk_key, max_tasks=max_tasks, should_split=needs_snapshot,
-                           chunks_per_task=p.config.snapshot.chunks_per_task)
+                           chunks_per_task=p.config.snapshot.chunks_per_task, captured_before=p.captured_before())
+        for name in plan.validation.gone:
+            drop = dropped_tables(p.state).get(name)
+            self.log.warning("table %s no longer exists on the source (%s): nothing of it is planned; its sink data "
+                             "is kept%s", name, drop.describe() if drop else "the stream has not reached its drop yet",
+                             "" if drop else " and the stream applies its changes up to the drop")
         unknown = resnapshot - {str(s.table) for s in plan.schemas}
         if unknown:
             from airflow.sdk.exceptions import AirflowFailException

@@ -5,7 +5,8 @@
    watermarks;
 3. ``HW`` = the binlog position now;
 4. if ``HW > LW``: read the binlog window ``[LW, HW)`` of the table and keep the last change of every key
-   inside the chunks (``core.window``); folded onto the rows, they give the chunks exactly as of ``HW``.
+   inside the chunks (``core.window``); folded onto the rows, they give the chunks exactly as of ``HW`` (after
+   a TRUNCATE in the window, onto no rows).
 
 ``read_window`` runs these steps for both readers: the Spark snapshot job (``spark.snapshot``, rows in a
 DataFrame, folded by a keyed anti-join) and ``read_chunk`` below (rows in a dict, in this process: what tests
@@ -29,7 +30,7 @@ from airflow_cdc_provider.core.keys import Key
 from airflow_cdc_provider.core.offsets import BinlogOffset
 from airflow_cdc_provider.core.records import key_of
 from airflow_cdc_provider.core.reports import ChunkReport
-from airflow_cdc_provider.core.window import LastChanges, fold_rows, window_changes
+from airflow_cdc_provider.core.window import LastChanges, after_last_truncate, fold_rows, window_changes
 from airflow_cdc_provider.source.binlog import read_changes_between
 from airflow_cdc_provider.source.chunk_queries import select_chunk_sql
 from airflow_cdc_provider.source.connection import connect
@@ -56,6 +57,7 @@ class WindowChanges:
     high: BinlogOffset
     last: LastChanges = field(default_factory=dict)  # key -> its newest change, with its chunk index
     applied: Counter = field(default_factory=Counter)  # chunk index -> changes of its keys in the window
+    truncated: bool = False  # a TRUNCATE in the window: the SELECTed rows are void, ``last`` is all there is
 
     @property
     def touched(self) -> set[int]:
@@ -76,7 +78,8 @@ def read_window(conn: Any, info: ServerInfo, settings: ConnectionSettings, serve
     checkpoint("after_high_watermark")
     changes = WindowChanges(low, high)
     if high > low:
-        records = list(read_changes_between(settings, server_id, low, high, {schema.table: schema}))
+        records, changes.truncated = after_last_truncate(
+            read_changes_between(settings, server_id, low, high, {schema.table: schema}))
         if order.needs_database:
             order.prefetch([r.key for r in records] + [k for c in chunks for k in (c.start, c.end) if k is not None])
         changes.last, changes.applied = window_changes(records, chunk_locator(chunks, order))
@@ -131,6 +134,6 @@ def read_chunk(settings: ConnectionSettings, schema: TableSchema, chunk: Chunk, 
         rows, changes = read_window(conn, server_info(conn), settings, server_id, schema,
                                     DatabaseKeyOrder(conn, schema), [chunk], select,
                                     (hooks or ChunkReadHooks()).checkpoint)
-    rows = fold_rows(rows, changes.last)
+    rows = fold_rows({} if changes.truncated else rows, changes.last)
     report, = chunk_reports([chunk], changes, {chunk.index: len(rows)}, time.monotonic() - t0)
     return ChunkReadResult(report, rows)

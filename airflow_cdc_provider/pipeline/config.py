@@ -190,6 +190,8 @@ class StreamConfig:
     heartbeat_timeout: PositiveInt = 120  # seconds without a heartbeat before the stream task fails
     deferrable: Bool = True  # continuous: watch from the triggerer
     reconnect_timeout: PositiveInt = 300  # seconds the stream keeps reconnecting to an unreachable source
+    # a captured table's schema change: resnapshot (hold its changes, re-snapshot it in the next run) or fail
+    schema_changes: Literal["resnapshot", "fail"] = "resnapshot"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

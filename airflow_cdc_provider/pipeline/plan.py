@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 from airflow_cdc_provider.core.chunks import Chunk, ChunkTask, SplitOptions, group_into_tasks
 from airflow_cdc_provider.core.offsets import BinlogOffset
@@ -52,11 +52,14 @@ def plan_chunks(
     max_tasks: int = DEFAULT_MAX_TASKS,
     should_split: Callable[[TableSchema], bool] | None = None,
     chunks_per_task: int = 1,
+    captured_before: Collection[str] = (),
 ) -> ChunkPlan:
     """Validate every table; split those ``should_split`` accepts (all by default), so a later run does not
-    pay the split queries of tables whose snapshot is already finished."""
+    pay the split queries of tables whose snapshot is already finished. ``captured_before``: tables a missing
+    one of which was dropped or renamed away (``ValidationResult.gone``), not a typo."""
     with contextlib.closing(connect(settings)) as conn:
-        validation = validate_source(conn, tables, chunk_keys, source=f"source {settings.describe()}")
+        validation = validate_source(conn, tables, chunk_keys, source=f"source {settings.describe()}",
+                                     captured_before=captured_before)
         chunks: list[Chunk] = []
         for schema in validation.schemas:
             if should_split is None or should_split(schema):

@@ -55,6 +55,12 @@ class Pipeline:
         with contextlib.closing(connect(self.source)) as conn:
             return [str(t) for t in discover(conn, self.config.source.tables)]
 
+    def captured_before(self) -> set[str]:
+        """The tables this pipeline has snapshotted or streamed: one of them missing on the source was dropped or
+        renamed away, not misspelt."""
+        seed = self.state.read_seed()
+        return set(self.state.finished_tables()) | set(seed.tables if seed else ())
+
     def server_id(self, slot: int) -> int:
         """A replica server id from the connection's range (extra ``server_id_range``), one per concurrent
         binlog reader: ``slot`` is the reader's number (a mapped task's index, the stream's own slot)."""

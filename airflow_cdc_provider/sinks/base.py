@@ -12,7 +12,8 @@ Who calls what:
   (validate step), ``finish_snapshot`` (collect step: make a completed epoch the table's current one);
 * the snapshot job: ``prepare`` once per table, then per watermark window ``open_window`` (it forces the
   window's read between the watermarks) and the returned window's ``publish`` once the HW is known;
-* the stream job: ``write_changes`` per micro-batch and table, idempotent per batch id;
+* the stream job: ``write_changes`` per micro-batch and table, idempotent per batch id, then
+  ``apply_schema_change`` for each truncate or drop the batch held;
 * ``verify`` and ``materialize``: ``current_state``, the table as the sink holds it now (a DataFrame).
 """
 
@@ -24,7 +25,8 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping, Protocol
 
 META_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("_cdc_op", "string"),  # r snapshot read, c insert, u update (after image), d delete (before image)
+    ("_cdc_op", "string"),  # r snapshot read, c insert, u update (after image), d delete (before image);
+    # a schema change's record (no data): t truncate, x drop, s resync (changes held until a re-snapshot)
     ("_cdc_ts_ms", "bigint"),  # event time in ms since the epoch; 0 for snapshot rows
     ("_cdc_file_seq", "bigint"),  # binlog file sequence number (mysql-bin.000042 -> 42)
     ("_cdc_pos", "bigint"),  # start of the row event (or the chunk's high watermark position)
@@ -32,6 +34,8 @@ META_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 META_NAMES = tuple(n for n, _ in META_COLUMNS)
 VERSION_COLUMNS = ("_cdc_file_seq", "_cdc_pos", "_cdc_row")
+ROW_OPS = ("r", "c", "u", "d")  # the ops of rows with data (the others are schema changes' records)
+EMPTYING_OPS = ("t", "x")  # truncate and drop: every row of the table older than the record is gone
 CHUNK_COLUMN = "__cdc_chunk"  # a snapshot window's rows: the index of each row's chunk
 
 Hook = Callable[[], None]
@@ -122,7 +126,14 @@ class Sink(abc.ABC):
     @abc.abstractmethod
     def write_changes(self, df, types, batch_id: int, mid_write: Hook, rows: Callable[[], int]) -> None:
         """One stream micro-batch of one table (data columns and metadata), idempotent per ``batch_id``;
-        ``rows()`` is how many rows ``df`` held, known once it is written."""
+        ``rows()`` is how many rows ``df`` held, known once it is written. Rows whose ``_cdc_op`` is a schema
+        change's (``t`` truncate, ``x`` drop, ``s`` resync: no data columns) are among them, in a changelog
+        they are records of their own; ``apply_schema_change`` is called for each after the batch's write."""
+
+    def apply_schema_change(self, change, types) -> None:
+        """Apply a truncate or drop (``core.schema_changes.SchemaChange``) of the stream at its version: rows
+        older than it are gone, newer ones stay. Idempotent, and correct whether the batch's rows were written
+        before or after it. A sink whose ``current_state`` reads the change's record needs nothing here."""
 
     @abc.abstractmethod
     def current_state(self, types, include_meta: bool = False):

@@ -6,7 +6,9 @@
     <path>/<db.table>/snapshot/epoch=<E>/chunks=<i>-<j>/_cdc_file_seq=<S>/_cdc_pos=<P>/_cdc_row=<R>/*.parquet
                                       rows of chunks i..j (one watermark window) as of their high watermark
     <path>/<db.table>/snapshot/_current.json              {"epoch": E, "min_low_watermark": [seq, pos, row]}
-    <path>/<db.table>/changes/batch=<B>/*.parquet         the stream's micro-batch B (c/u/d rows)
+    <path>/<db.table>/changes/batch=<B>/*.parquet         the stream's micro-batch B (c/u/d rows; t/x/s records
+                                                          of a truncate, drop or resync, without data)
+    <path>/<db.table>/_superseded/changes-<id>/           changes written under an older definition of the table
 
 The chunks a task reads in one watermark window share one version (the window's HW), so it is kept in the
 path as Hive-style partition values: ``spark.read.parquet(".../snapshot/epoch=<E>")`` or pyarrow with
@@ -21,8 +23,9 @@ directory rename is a copy, so there a reader may see a window or batch while it
 
 Current state of a table (``materialize``): rows of the current snapshot epoch plus the changes newer than
 that epoch's smallest low watermark; per key the highest version wins; keys whose winner is a delete are
-gone. Changes older than the epoch's low watermark are superseded by the re-snapshot (and may miss deletes
-the stream filtered as already contained in it), so they are left out.
+gone; a truncate or drop record removes every row older than it. Changes older than the epoch's low watermark
+are superseded by the re-snapshot (and may miss deletes the stream filtered as already contained in it), so
+they are left out.
 """
 
 from __future__ import annotations
@@ -33,9 +36,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from airflow_cdc_provider.sinks.base import CHUNK_COLUMN, Hook, Sink, SinkConfig, SinkError, Version
+from airflow_cdc_provider.sinks.base import (
+    CHUNK_COLUMN,
+    EMPTYING_OPS,
+    ROW_OPS,
+    VERSION_COLUMNS,
+    Hook,
+    Sink,
+    SinkConfig,
+    SinkError,
+    Version,
+)
 from airflow_cdc_provider.sinks.registry import register_sink
-from airflow_cdc_provider.spark.frames import col, cols, latest_per_key, meta_ddl
+from airflow_cdc_provider.spark.frames import col, cols, latest_per_key, meta_ddl, newer_than
 from airflow_cdc_provider.state.storage import Storage, StorageError
 from airflow_cdc_provider.state.store import table_dir_name
 
@@ -114,7 +127,15 @@ class ParquetLayout:
         self.storage.rmtree(trash)
 
     def write_schema(self, table: str, schema_json: str) -> None:
-        self.storage.write_text(f"{self.table_dir(table)}/_schema.json", schema_json)
+        if self.read_schema(table) != schema_json:
+            self.storage.write_text(f"{self.table_dir(table)}/_schema.json", schema_json)
+
+    def read_schema(self, table: str) -> str | None:
+        return self.storage.read_text(f"{self.table_dir(table)}/_schema.json")
+
+    def supersede_changes(self, table: str) -> None:
+        """Move the table's changelog out of readers' sight, kept (one rename)."""
+        self.storage.rename(self.changes_dir(table), f"{self.table_dir(table)}/_superseded/changes-{uuid.uuid4().hex}")
 
     def write_current(self, table: str, epoch: int, min_low_watermark: tuple) -> None:
         self.storage.write_text(f"{self.table_dir(table)}/snapshot/_current.json",
@@ -170,9 +191,17 @@ class ParquetSink(Sink):
         self.layout.write_current(table, epoch, min_low_watermark)
 
     def prepare(self, types) -> None:
+        """Record the table's columns; when the source's definition changed, the changes written under the old
+        one move to ``_superseded/`` first: they cannot be read with the new columns' types, and the table's
+        re-snapshot, which a definition change always brings, supersedes them."""
         from pyspark.sql.types import StructType
 
-        self.layout.write_schema(str(types.schema.table), StructType.fromDDL(types.spark_ddl).json())
+        table = str(types.schema.table)
+        schema_json = StructType.fromDDL(types.spark_ddl).json()
+        previous = self.layout.read_schema(table)
+        if previous is not None and previous != schema_json and self.layout.has_changes(table):
+            self.layout.supersede_changes(table)
+        self.layout.write_schema(table, schema_json)
 
     # -- snapshot windows ---------------------------------------------------------------------------------
     def open_window(self, rows, types, epoch: int, indexes: list[int], low_watermark: Version,
@@ -262,11 +291,7 @@ class ParquetSink(Sink):
         if self.layout.has_changes(table):
             ch = self.spark.read.schema(schema).parquet(self.layout.location(self.layout.changes_dir(table)))
             if current:
-                s, p, r = current["min_low_watermark"]
-                ch = ch.filter(
-                    (F.col("_cdc_file_seq") > s)
-                    | ((F.col("_cdc_file_seq") == s) & ((F.col("_cdc_pos") > p) | ((F.col("_cdc_pos") == p) & (F.col("_cdc_row") > r))))
-                )
+                ch = ch.filter(newer_than(current["min_low_watermark"]))
             parts.append(ch.select(*cols(schema.fieldNames())))
         if not parts:
             names = schema.fieldNames() if include_meta else types.schema.column_names
@@ -274,6 +299,11 @@ class ParquetSink(Sink):
         df = parts[0]
         for p in parts[1:]:
             df = df.unionByName(p)
+        emptied = df.filter(F.col("_cdc_op").isin(*EMPTYING_OPS)).select(
+            F.max(F.struct(*[F.col(c) for c in VERSION_COLUMNS])).alias("v")).first()["v"]
+        if emptied is not None:  # the newest truncate or drop: rows older than it are gone
+            df = df.filter(newer_than(tuple(emptied)))
+        df = df.filter(F.col("_cdc_op").isin(*ROW_OPS))
         df = latest_per_key(df, types.schema.key_columns).filter(F.col("_cdc_op") != "d")
         return df if include_meta else df.select(*cols(types.schema.column_names))
 

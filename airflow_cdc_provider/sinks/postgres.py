@@ -25,8 +25,10 @@ from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
 from airflow_cdc_provider.pipeline.connections import resolve_fields
 from airflow_cdc_provider.sinks.base import (
     CHUNK_COLUMN,
+    EMPTYING_OPS,
     META_COLUMNS,
     META_NAMES,
+    ROW_OPS,
     VERSION_COLUMNS,
     Hook,
     Sink,
@@ -108,9 +110,45 @@ class PostgresMirror:
         ]
 
     def ensure_table(self, table: str, columns: Sequence[tuple[str, str]], key_columns: Sequence[str]) -> None:
+        """Create the mirror table, or bring an existing one to ``columns`` (the source's definition changed):
+        new columns added, gone ones dropped, a column of another type dropped and added again. Its values
+        come back with the table's re-snapshot, which a definition change always brings."""
         with self.cursor() as cur:
+            cur.execute("SELECT to_regclass(%s)", (self.qualified(table),))
+            exists = cur.fetchone()[0] is not None
             for stmt in self.create_table_sql(table, columns, key_columns):
                 cur.execute(stmt)
+            if exists:
+                for stmt in self.evolve_sql(cur, table, columns, key_columns):
+                    cur.execute(stmt)
+
+    def evolve_sql(self, cur: Any, table: str, columns: Sequence[tuple[str, str]], key_columns: Sequence[str]) -> list[str]:
+        """The ALTERs that give the mirror table exactly the data columns ``columns`` (types compared as
+        PostgreSQL spells them, through a temporary table of the wanted ones)."""
+        def definition(regclass: str) -> dict[str, str]:
+            cur.execute("SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
+                        "%s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum", (regclass,))
+            return dict(cur.fetchall())
+
+        cur.execute(f"CREATE TEMPORARY TABLE cdc_wanted ({', '.join(f'{pg_ident(n)} {t}' for n, t in columns)}) "
+                    "ON COMMIT DROP")
+        wanted, have = definition("cdc_wanted"), definition(self.qualified(table))
+        cur.execute("DROP TABLE cdc_wanted")
+        cur.execute("SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND "
+                    "a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary",
+                    (self.qualified(table),))
+        key = sorted(r[0] for r in cur.fetchall())
+        if key != sorted(key_columns):
+            raise SinkError(
+                f"the key of {table} changed from ({', '.join(key)}) to ({', '.join(key_columns)}); a mirror table's "
+                f"key cannot change in place: drop {self.qualified(table)} and re-snapshot the table")
+        own = {n for n, _ in META_COLUMNS} | {"_cdc_deleted", "_cdc_chunk"}
+        q = self.qualified(table)
+        out = [f"ALTER TABLE {q} DROP COLUMN {pg_ident(n)}" for n in have
+               if n not in own and (n not in wanted or wanted[n] != have[n])]
+        out += [f"ALTER TABLE {q} ADD COLUMN {pg_ident(n)} {t}" for n, t in wanted.items()
+                if n not in have or have[n] != t]
+        return out
 
     # -- writes ------------------------------------------------------------------------------------
     def upsert_sql(self, table: str, data_columns: Sequence[str], key_columns: Sequence[str]) -> str:
@@ -151,30 +189,39 @@ class PostgresMirror:
             conn.close()
         return n
 
+    def _tombstone(self, cur: Any, table: str, condition: str, params: tuple, op: str = "d",
+                   version: tuple | None = None) -> int:
+        """Make the live rows that meet ``condition`` (which may use ``{v}``, the version columns) tombstones
+        with ``op``, and with ``version`` when given."""
+        v = ", ".join(pg_ident(c) for c in VERSION_COLUMNS)
+        sets = '"_cdc_deleted" = true, "_cdc_op" = %s' + (f", ({v}) = (%s, %s, %s)" if version else "")
+        cur.execute(f'UPDATE {self.qualified(table)} SET {sets} WHERE NOT "_cdc_deleted" AND {condition.format(v=v)}',
+                    (op, *(version or ()), *params))
+        return cur.rowcount
+
     def sweep_chunk(self, table: str, chunk_tag: str, low_watermark: tuple) -> int:
         """Tombstone rows an earlier attempt of this chunk wrote that this attempt did not rewrite."""
-        v = ", ".join(pg_ident(c) for c in VERSION_COLUMNS)
         with self.cursor() as cur:
-            cur.execute(
-                f"UPDATE {self.qualified(table)} SET \"_cdc_deleted\" = true, \"_cdc_op\" = 'd' "
-                f"WHERE \"_cdc_chunk\" = %s AND \"_cdc_op\" = 'r' AND NOT \"_cdc_deleted\" AND ({v}) < (%s, %s, %s)",
-                (chunk_tag, *low_watermark),
-            )
-            return cur.rowcount
+            return self._tombstone(cur, table, '"_cdc_chunk" = %s AND "_cdc_op" = \'r\' AND ({v}) < (%s, %s, %s)',
+                                   (chunk_tag, *low_watermark))
+
+    def tombstone_older(self, table: str, version: tuple, op: str) -> int:
+        """Tombstone every live row older than ``version`` (a truncate's or drop's), giving it that version and
+        ``op``, so that no older write replayed later brings it back."""
+        with self.cursor() as cur:
+            return self._tombstone(cur, table, "({v}) < (%s, %s, %s)", tuple(version), op, tuple(version))
+
+    def comment(self, table: str, text: str | None) -> None:
+        with self.cursor() as cur:
+            cur.execute(f"COMMENT ON TABLE {self.qualified(table)} IS %s", (text,))
 
     def sweep_stale(self, table: str, min_low_watermark: tuple) -> int:
         """After a complete (re-)snapshot: rows last written before it started are gone from the source."""
-        v = ", ".join(pg_ident(c) for c in VERSION_COLUMNS)
         with self.cursor() as cur:
             cur.execute("SELECT to_regclass(%s)", (self.qualified(table),))
             if cur.fetchone()[0] is None:
                 return 0
-            cur.execute(
-                f"UPDATE {self.qualified(table)} SET \"_cdc_deleted\" = true, \"_cdc_op\" = 'd' "
-                f"WHERE NOT \"_cdc_deleted\" AND ({v}) < (%s, %s, %s)",
-                tuple(min_low_watermark),
-            )
-            return cur.rowcount
+            return self._tombstone(cur, table, "({v}) < (%s, %s, %s)", tuple(min_low_watermark))
 
 
 @dataclass(kw_only=True)
@@ -253,9 +300,22 @@ class PostgresSink(Sink):
         out.toDF(*[f"c{i}" for i in range(len(out.columns))]).mapInArrow(write_partition, "rows bigint").collect()
 
     def write_changes(self, df, types, batch_id: int, mid_write: Hook, rows: Callable[[], int]) -> None:
-        """``rows`` is not needed: an upsert of no rows changes nothing."""
-        self._upsert(latest_per_key(df, types.schema.key_columns), types, None)
+        """``rows`` is not needed: an upsert of no rows changes nothing. Schema changes' records are not rows of
+        the mirror (``apply_schema_change``)."""
+        from pyspark.sql import functions as F
+
+        self._upsert(latest_per_key(df.filter(F.col("_cdc_op").isin(*ROW_OPS)), types.schema.key_columns), types, None)
         mid_write()
+
+    def apply_schema_change(self, change, types) -> None:
+        """A truncate or drop tombstones every row older than it, with its version (so an older write replayed
+        later cannot bring a row back); a dropped table's mirror says so in its comment."""
+        if change.op not in EMPTYING_OPS:
+            return
+        table = str(change.table)
+        self.mirror.tombstone_older(table, change.position.sort_key, change.op)
+        if change.op == "x":
+            self.mirror.comment(table, f"source table dropped at {change.position.file}:{change.position.pos}")
 
     def jdbc_url(self) -> str:
         c = self.config.conn

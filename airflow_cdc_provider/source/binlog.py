@@ -23,7 +23,8 @@ server disconnects the older of two replicas with the same id.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Mapping
+import re
+from typing import Any, Iterable, Iterator, Mapping
 
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import FormatDescriptionEvent, MariadbGtidEvent, QueryEvent, XidEvent
@@ -31,13 +32,17 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from airflow_cdc_provider.compat import replication
 from airflow_cdc_provider.core.chunks import TableId
-from airflow_cdc_provider.core.offsets import BinlogOffset
+from airflow_cdc_provider.core.offsets import BinlogOffset, EventPosition, split_binlog_file
 from airflow_cdc_provider.core.records import ChangeRecord, records_from_row_event
+from airflow_cdc_provider.core.schema_changes import DROP, RESYNC, SchemaChange
+from airflow_cdc_provider.source.ddl import dropped_database, mentions_captured, schema_changes
 from airflow_cdc_provider.source.row_decoder import RowDecoder
 from airflow_cdc_provider.source.schema import TableSchema
 from airflow_cdc_provider.source.settings import ConnectionSettings
+from airflow_cdc_provider.source.table_definition import definition_difference
 from airflow_cdc_provider.source.values import RowCanonicalizer
 
+_DATABASE_WORDS = re.compile(r"\b(DATABASE|SCHEMA)\b", re.IGNORECASE)
 _ROW_KINDS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}
 # Transaction events are requested too, so that a bounded read notices it passed its stop position even
 # when the captured tables see no change at all.
@@ -50,17 +55,66 @@ def event_start(event: Any) -> int:
 
 
 class TableChangeReader:
-    """Decodes row events of the given tables into ``ChangeRecord``s (canonical values, split key changes).
+    """Decodes row events of the given tables into ``ChangeRecord``s (canonical values, split key changes), and
+    the statements and definition changes that affect them into ``SchemaChange``s, both at their positions.
 
     Rows are decoded by a ``RowDecoder`` compiled per table map where it can; otherwise (``compiled=False``,
-    or a table map it does not cover) by the library."""
+    or a table map it does not cover) by the library. A table map whose definition differs from the schema is
+    reported once as a ``resync`` and its rows are not decoded: decoding them with the known schema would give
+    wrong values. ``covered_through`` maps a table to the version through which its current snapshot holds
+    every change (the smallest high watermark of its chunks): its events up to there are skipped unread.
+    ``held``: tables whose resync is already known (waiting for their re-snapshot): their rows of another
+    definition are skipped without a new report; a table joins them at its first resync of the read."""
 
-    def __init__(self, schemas: Mapping[TableId, TableSchema], compiled: bool = True) -> None:
+    def __init__(self, schemas: Mapping[TableId, TableSchema], compiled: bool = True,
+                 covered_through: Mapping[TableId, tuple[int, int, int]] | None = None,
+                 held: Iterable[TableId] = ()) -> None:
         self.schemas = dict(schemas)
         self._canon = {t: RowCanonicalizer(s) for t, s in self.schemas.items()}
         self.compiled = compiled
+        self.covered_through = {t: k[:2] for t, k in (covered_through or {}).items()}
+        self.held = set(held)
         self.events = {"compiled": 0, "library": 0}  # row events decoded each way
         self._decoders: dict[int, tuple[Any, RowDecoder | None]] = {}  # table id -> (its table map, plan)
+        self._definitions: dict[int, tuple[Any, str | None]] = {}  # table id -> (its table map, its difference)
+        self._names = sorted({t.table for t in self.schemas})
+
+    def covered(self, table: TableId, file: str, start: int) -> bool:
+        """Whether the table's snapshot holds every change of an event starting at ``file:start``."""
+        through = self.covered_through.get(table)
+        return through is not None and (split_binlog_file(file)[1], start) < through
+
+    def definition_change(self, table_id: int, table_map: Any, table: TableId, file: str,
+                          start: int) -> tuple[bool, SchemaChange | None]:
+        """``(decodable, change)``: whether rows of ``table_map`` decode into the table's schema, and the resync
+        to report (the first time a table map's definition is seen to differ)."""
+        known = self._definitions.get(table_id)
+        if known is not None and known[0] is table_map:
+            return known[1] is None, None
+        difference = None if table_map is None else definition_difference(table_map.columns, self.schemas[table])
+        self._definitions[table_id] = (table_map, difference)
+        if difference is None:
+            return True, None
+        if table in self.held:
+            return False, None
+        self.held.add(table)
+        return False, SchemaChange(RESYNC, table, "", f"its row events have another definition than the one read: {difference}"
+                                   ).at(EventPosition(file, start, 0))
+
+    def statement_changes(self, statement: str, database: str | None, file: str, start: int) -> list[SchemaChange]:
+        """The schema changes a QUERY event's statement makes to the captured tables (not yet covered)."""
+        dropped = dropped_database(statement) if _DATABASE_WORDS.search(statement) else None
+        if dropped is not None:
+            changes = [SchemaChange(DROP, t, statement, f"database {dropped} dropped") for t in self.schemas
+                       if t.database == dropped]
+        elif mentions_captured(statement, self._names):
+            changes = schema_changes(statement, database, lambda t: t in self.schemas)
+        else:
+            return []
+        here = EventPosition(file, start, 0)
+        changes = [c.at(here) for c in changes if not self.covered(c.table, file, start)]
+        self.held |= {c.table for c in changes if c.kind == RESYNC}  # one report a table: what follows is held
+        return changes
 
     def decoder_for(self, table_id: int, table_map: Any, table: TableId) -> RowDecoder | None:
         """The plan for the library's table map ``table_map`` of ``table_id`` (compiled at first use)."""
@@ -98,15 +152,25 @@ class TableChangeReader:
                 rows.append({"values": canon.from_binlog(row["values"], row.get("none_sources"))})
         return rows
 
-    def records(self, event: Any, file: str) -> Iterator[ChangeRecord]:
+    def records(self, event: Any, file: str) -> Iterator[ChangeRecord | SchemaChange]:
+        if isinstance(event, QueryEvent):
+            schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
+            yield from self.statement_changes(str(event.query), schema or None, file, event_start(event))
+            return
         kind = _ROW_KINDS.get(type(event))
         if kind is None:
             return
         table = TableId(event.schema, event.table)
         schema = self.schemas.get(table)
-        if schema is None:
+        if schema is None or self.covered(table, file, event_start(event)):
             return
-        decoder = self.decoder_for(event.table_id, event.table_map[event.table_id], table)
+        table_map = event.table_map[event.table_id]
+        decodable, change = self.definition_change(event.table_id, table_map, table, file, event_start(event))
+        if change is not None:
+            yield change
+        if not decodable:
+            return
+        decoder = self.decoder_for(event.table_id, table_map, table)
         if decoder is not None and decoder.readable(event):
             yield from self.records_of_images(kind, table, decoder.images(event), file, event_start(event),
                                               int(event.timestamp) * 1000)
@@ -172,9 +236,9 @@ def read_changes_between(
     stop: BinlogOffset,
     schemas: Mapping[TableId, TableSchema],
     reader: TableChangeReader | None = None,
-) -> Iterator[ChangeRecord]:
-    """Row changes of ``schemas``' tables written in ``[start, stop)``, in binlog order (``reader``: the
-    decoder, ``TableChangeReader(schemas)`` by default).
+) -> Iterator[ChangeRecord | SchemaChange]:
+    """Row changes of ``schemas``' tables written in ``[start, stop)``, and the schema changes of those tables,
+    in binlog order (``reader``: the decoder, ``TableChangeReader(schemas)`` by default).
 
     ``start`` and ``stop`` are transaction boundaries (watermarks). Reading stops at the first event at or
     past ``stop``, so the cost is the size of the window, not of the binlog after it.

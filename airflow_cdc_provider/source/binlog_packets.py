@@ -4,8 +4,9 @@ python-mysql-replication wraps every packet in a ``BinLogPacketWrapper`` and an 
 filters look at it; with the rows decoded by compiled plans (``row_decoder.py``) that framing was about two
 thirds of the decode (cProfile, 60k sysbench changes: ten events per transaction, of which four carry rows).
 Here the replication connection's packets are read directly: the 19-byte header says the type and place of
-each event; GTID, XID, QUERY and known TABLE_MAP events are passed by their header alone, and a row event of a
-captured table is decoded from its bytes by the table's plan.
+each event; GTID, XID and known TABLE_MAP events are passed by their header alone, and a row event of a
+captured table is decoded from its bytes by the table's plan. A QUERY event's statement is read from its bytes
+and classified only when it names a captured table (``TableChangeReader.statement_changes``).
 
 The library still does what is rare or intricate: it opens the connection (checksum, MariaDB capabilities,
 ``COM_BINLOG_DUMP``), parses each FORMAT_DESCRIPTION and each new TABLE_MAP of a captured table (column
@@ -26,6 +27,7 @@ from airflow_cdc_provider.compat import replication
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.offsets import split_binlog_file
 from airflow_cdc_provider.core.records import ChangeRecord
+from airflow_cdc_provider.core.schema_changes import SchemaChange
 
 _HEADER = struct.Struct("<IBIIIH")  # after the OK byte: timestamp, type, server id, size, next position, flags
 _BODY = 20  # OK byte + 19-byte event header
@@ -45,6 +47,25 @@ _TRANSACTION_PAYLOAD = 40  # MySQL binlog_transaction_compression=ON: a whole tr
 def _table_id(data: bytes) -> int:
     """The table id of a TABLE_MAP or row event packet (the first 6 bytes after the event header)."""
     return int.from_bytes(data[_BODY:_BODY + 6], "little")
+
+
+# statements that open or close a transaction, passed without decoding (the prefix of the query's bytes)
+_TRANSACTION_STATEMENTS = (b"BEGIN", b"COMMIT", b"ROLLBACK", b"SAVEPOINT", b"XA ", b"# Dummy")
+
+
+def _statement(data: bytes, checksum: int) -> tuple[str | None, str] | None:
+    """A QUERY event's ``(current database, statement)``, or None for a transaction's BEGIN/COMMIT. After the
+    header: thread id (4), time (4), database name length (1), error code (2), status block length (2), the
+    status block, the database name and a NUL, then the statement."""
+    at = _BODY + 8
+    db_len = data[at]
+    status_len = int.from_bytes(data[at + 3:at + 5], "little")
+    at += 5 + status_len
+    database = data[at:at + db_len].decode("utf-8", "replace") or None
+    query = data[at + db_len + 1:len(data) - checksum]
+    if query.startswith(_TRANSACTION_STATEMENTS):
+        return None
+    return database, query.decode("utf-8", "replace")
 
 
 def _length_coded(data: bytes, pos: int) -> tuple[int, int]:
@@ -84,7 +105,7 @@ class PacketReader:
         return table
 
     # -- the loop ---------------------------------------------------------------------------------------
-    def changes(self, stop_key: tuple[int, int]) -> Iterator[ChangeRecord]:
+    def changes(self, stop_key: tuple[int, int]) -> Iterator[ChangeRecord | SchemaChange]:
         s = self.stream
         replication.connect(s)
         checksum = 4 if replication.uses_checksum(s) else 0
@@ -121,6 +142,11 @@ class PacketReader:
                 if table_id not in self.tables:
                     self.tables[table_id] = self._table_map(packet, table_id)
                 continue
+            if kind == BINLOG.QUERY_EVENT:
+                statement = _statement(data, checksum)
+                if statement is not None:
+                    yield from self.reader.statement_changes(statement[1], statement[0], self.file, next_pos - size)
+                continue
             row_kind = _ROW_KINDS.get(kind)
             if row_kind is None:
                 if kind in _UNDECODABLE_ROWS or kind == _TRANSACTION_PAYLOAD:
@@ -128,7 +154,13 @@ class PacketReader:
                 continue
             table_id = _table_id(data)
             table = self.tables.get(table_id)
-            if table is None:
+            if table is None or self.reader.covered(table, self.file, next_pos - size):
+                continue
+            decodable, change = self.reader.definition_change(table_id, self.stream.table_map.get(table_id), table,
+                                                              self.file, next_pos - size)
+            if change is not None:
+                yield change
+            if not decodable:
                 continue
             records = self._compiled(data, kind, row_kind, table_id, table, next_pos - size, timestamp, checksum)
             if records is None:  # the library decodes it

@@ -16,7 +16,7 @@ System-versioned tables are discovered (a pattern matching one must not skip it 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from airflow_cdc_provider.core.chunks import TableId
@@ -85,6 +85,15 @@ class TableSchema:
     @property
     def single_integer_key(self) -> bool:
         return len(self.key_columns) == 1 and self.key[0].is_integer
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"table": str(self.table), "columns": [asdict(c) for c in self.columns],
+                "primary_key": list(self.primary_key), "key_columns": list(self.key_columns)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "TableSchema":
+        return cls(TableId.parse(data["table"]), tuple(Column(**c) for c in data["columns"]),
+                   tuple(data["primary_key"]), tuple(data["key_columns"]))
 
 
 def enum_values(column_type: str) -> list[str]:

@@ -25,14 +25,22 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 import pymysql
 
 from airflow_cdc_provider.compat import replication
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.sinks.types import UnsupportedColumnType, sink_type
-from airflow_cdc_provider.source.schema import Column, TableConfigError, TableSchema, discover, enum_values, load_schema
+from airflow_cdc_provider.source.schema import (
+    Column,
+    TableConfigError,
+    TableSchema,
+    discover,
+    enum_values,
+    list_tables,
+    load_schema,
+)
 from airflow_cdc_provider.source.server import ServerInfo, SourceError, server_info, variables
 from airflow_cdc_provider.source.sql import display_table, quote_table
 from airflow_cdc_provider.source.values import CHARSET_CODECS, UNSUPPORTED_CHARSET, string_codec
@@ -51,6 +59,7 @@ class SourceValidationError(SourceError):
 class ValidationResult:
     info: ServerInfo
     schemas: list[TableSchema] = field(default_factory=list)
+    gone: list[str] = field(default_factory=list)  # tables the pipeline captured that the source no longer has
 
 
 def check_binlog_settings(conn: Any, info: ServerInfo) -> list[str]:
@@ -262,14 +271,22 @@ def validate_source(
     table_patterns: Sequence[str],
     chunk_keys: Mapping[str, Any] | None = None,
     source: str = "source",
+    captured_before: Collection[str] = (),
 ) -> ValidationResult:
-    """Run every check; raise ``SourceValidationError`` listing all problems, or return the table schemas."""
+    """Run every check; raise ``SourceValidationError`` listing all problems, or return the table schemas.
+    A table named exactly that is missing is a problem unless the pipeline captured it before
+    (``captured_before``): it was dropped or renamed, and is listed as ``gone``."""
     chunk_keys = chunk_keys or {}
     info = server_info(conn)
     problems = check_binlog_settings(conn, info) + check_privileges(conn, info)
     schemas: list[TableSchema] = []
     tables: list[TableId] = []
+    gone: list[str] = []
+    existing = {str(t) for t in list_tables(conn)} if captured_before else set()
     for pattern in table_patterns:  # one pattern at a time, so one typo does not hide the other problems
+        if pattern in captured_before and pattern not in existing:
+            gone.append(pattern)
+            continue
         try:
             tables += [t for t in discover(conn, [pattern]) if t not in tables]
         except TableConfigError as exc:
@@ -290,4 +307,4 @@ def validate_source(
         problems.append(f"source.chunk_key names table {name!r}, which is not among the captured tables")
     if problems:
         raise SourceValidationError(problems, source)
-    return ValidationResult(info, schemas)
+    return ValidationResult(info, schemas, gone)

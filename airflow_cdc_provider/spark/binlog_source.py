@@ -31,8 +31,9 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, SupportsTriggerAvailableNow
 
 # The change's metadata in these columns, then one struct column per captured table (``source_schema``).
-META_SCHEMA = "table string, op string, ts_ms bigint, file_seq bigint, pos bigint, row int"
-META_WIDTH = 6
+# ``statement``: set in a schema change's row only (``schema_change_row``).
+META_SCHEMA = "table string, op string, ts_ms bigint, file_seq bigint, pos bigint, row int, statement string"
+META_WIDTH = 7
 
 
 def image_column(index: int) -> str:
@@ -52,8 +53,18 @@ def source_row(rec, types, columns: dict[str, int]) -> list:
     seq, pos, row = rec.position.sort_key
     name = str(rec.table)
     values = [None] * (META_WIDTH + len(columns))
-    values[:META_WIDTH] = (name, rec.op, rec.ts_ms, seq, pos, row)
+    values[:META_WIDTH] = (name, rec.op, rec.ts_ms, seq, pos, row, None)
     values[columns[name]] = types.row_to_sink(dict(rec.image))
+    return values
+
+
+def schema_change_row(change, columns: dict[str, int]) -> list:
+    """A schema change as a row of the source's schema: its op (``t`` truncate, ``x`` drop, ``s`` resync), its
+    position, and the statement with what it did and its binlog file (JSON); no image."""
+    seq, pos, row = change.position.sort_key
+    values = [None] * (META_WIDTH + len(columns))
+    values[:META_WIDTH] = (str(change.table), change.op, 0, seq, pos, row,
+                           json.dumps({"statement": change.statement, "detail": change.detail, "file": change.position.file}))
     return values
 
 
@@ -112,13 +123,14 @@ def arrow_batches(rows: list[list], schema, batch_rows: int = 10_000) -> list | 
 
 
 class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, spec_json: str, secrets: dict[str, str], partitions: int, tables: list[str],
+    def __init__(self, spec_json: str, secrets: dict[str, str], partitions: int, definitions: list[dict],
                  schema=None) -> None:
         from airflow_cdc_provider.pipeline.jobspec import JobSpec
 
         self.schema = schema  # the source's StructType, for the Arrow batches
         self.spec = JobSpec.from_json(spec_json)
-        self.columns = {name: META_WIDTH + i for i, name in enumerate(tables)}  # table -> its image column
+        self.definitions = definitions  # each table's TableSchema (as a dict), in image column order
+        self.columns = {d["table"]: META_WIDTH + i for i, d in enumerate(definitions)}  # table -> its image column
         self.settings = self.spec.source_settings(secrets)
         stream = self.spec.stream
         self.max_bytes = stream.max_batch_bytes
@@ -136,21 +148,22 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         from airflow_cdc_provider.core.chunks import TableId
         from airflow_cdc_provider.core.emit_filter import build_emit_filter
+        from airflow_cdc_provider.pipeline.table_schemas import pending_resyncs
         from airflow_cdc_provider.sinks.types import TableSinkTypes
         from airflow_cdc_provider.source.key_order import DatabaseKeyOrder
-        from airflow_cdc_provider.source.schema import load_schema
+        from airflow_cdc_provider.source.schema import TableSchema
         from airflow_cdc_provider.state.store import StateStore
 
         self.conn = pymysql.connect(**self.settings.pymysql_kwargs())
-        self.schemas = {}
-        for name, chunk_key in self.spec.tables.items():
-            t = TableId.parse(name)
-            self.schemas[t] = load_schema(self.conn, t, chunk_key)
+        # the driver's definitions, the same in every task (never this process's own look at the source)
+        self.schemas = {t: s for t, s in ((TableId.parse(d["table"]), TableSchema.from_dict(d)) for d in self.definitions)}
         self.types = {t: TableSinkTypes.of(s) for t, s in self.schemas.items()}
         self.orders = {t: DatabaseKeyOrder(self.conn, s) for t, s in self.schemas.items()}
-        self.seed = StateStore(self.spec.state_path).read_seed()
+        store = StateStore(self.spec.state_path)
+        self.seed = store.read_seed()
         ranges = []
         orders = {}
+        self.covered_through = {}
         for name, table_seed in (self.seed.tables if self.seed else {}).items():
             t = TableId.parse(name)
             if t not in self.schemas:
@@ -160,7 +173,10 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 order.prefetch([r.start for r in table_seed.chunks if r.start is not None])
                 orders[name] = order
             ranges += table_seed.chunks
+            if table_seed.chunks:
+                self.covered_through[t] = min(r.high_watermark.sort_key for r in table_seed.chunks)
         self.filter = build_emit_filter(ranges, orders)
+        self.held = {TableId.parse(name) for name in pending_resyncs(store)}
         self._ready = True
 
     def _server_offset(self) -> dict[str, Any]:
@@ -282,7 +298,7 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _read(self, start: dict, stop: dict, index: int) -> list[tuple]:
         """The emitted rows of the transactions in ``[start, stop)``, decoded by replica ``index``."""
         from airflow_cdc_provider.core.offsets import BinlogOffset
-        from airflow_cdc_provider.source.binlog import read_changes_between
+        from airflow_cdc_provider.source.binlog import TableChangeReader, read_changes_between
 
         self._setup()
         # A segment decodes into a few hundred thousand small objects without reference cycles; the cyclic
@@ -290,8 +306,9 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         collecting = gc.isenabled()
         gc.disable()
         try:
+            reader = TableChangeReader(self.schemas, covered_through=self.covered_through, held=self.held)
             records = list(read_changes_between(self.settings, self._server_id(index), BinlogOffset.from_dict(start),
-                                                BinlogOffset.from_dict(stop), self.schemas))
+                                                BinlogOffset.from_dict(stop), self.schemas, reader))
             return self._emit(records)
         finally:
             if collecting:
@@ -304,22 +321,46 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return lo + (base - lo + 1 + index) % (hi - lo + 1)
 
     def _emit(self, records: list) -> list[tuple]:
+        """The rows of the records the emit filter passes, and of every schema change (the reader already left
+        out what a table's snapshot covers). Under ``stream.schema_changes: fail`` a schema change fails the
+        task, so the batch writes nothing."""
         from airflow_cdc_provider.core.keys import Key
+        from airflow_cdc_provider.core.schema_changes import SchemaChange
 
+        changes = [r for r in records if isinstance(r, SchemaChange)]
+        if changes and self.spec.stream.schema_changes == "fail":
+            raise SchemaChangeStop(changes[0])
         need: dict[Any, list[Key]] = {}
         for rec in records:
+            if isinstance(rec, SchemaChange):
+                continue
             hw = self.filter.max_high_watermark(rec.table)
             if hw is not None and rec.position.sort_key <= hw and self.orders[rec.table].needs_database:
                 need.setdefault(rec.table, []).append(rec.key)
         for table, keys in need.items():
             self.orders[table].prefetch(keys)
-        return [source_row(rec, self.types[rec.table], self.columns) for rec in records
-                if self.filter.should_emit(rec.table, rec.key, rec.position)]
+        return [schema_change_row(rec, self.columns) if isinstance(rec, SchemaChange)
+                else source_row(rec, self.types[rec.table], self.columns) for rec in records
+                if isinstance(rec, SchemaChange) or self.filter.should_emit(rec.table, rec.key, rec.position)]
+
+
+class SchemaChangeStop(RuntimeError):
+    """``stream.schema_changes: fail`` met a schema change of a captured table: the stream stops before it."""
+
+    def __init__(self, change) -> None:
+        table = str(change.table)
+        super().__init__(
+            f"schema change of {table} at {change.position.file}:{change.position.pos} ({change.detail or change.kind}): "
+            f"{change.statement or '(seen in its row events)'}; stream.schema_changes is fail, so the stream stopped "
+            f"before it and wrote nothing of this batch. To go on: re-snapshot the table "
+            f"(airflow dags trigger <dag_id> -c '{{\"resnapshot\": [\"{table}\"]}}') - its new snapshot starts "
+            f"after the change, so the stream passes it - or set stream.schema_changes: resnapshot")
 
 
 class BinlogSource(DataSource):
     """Registered under ``airflow_cdc_binlog``. Options (no secrets): ``spec``; ``partitions``, the number of
-    segments per batch; ``tables``, a JSON list giving each table's image column; ``schema`` (``source_schema``)."""
+    segments per batch; ``definitions``, a JSON list of each table's ``TableSchema`` in image column order (every
+    task decodes with these); ``schema`` (``source_schema``)."""
 
     _secrets: dict[str, str] = {}
 
@@ -332,7 +373,7 @@ class BinlogSource(DataSource):
 
     def streamReader(self, schema) -> BinlogReader:
         return BinlogReader(self.options["spec"], self._secrets, int(self.options.get("partitions") or 1),
-                            json.loads(self.options["tables"]), schema)
+                            json.loads(self.options["definitions"]), schema)
 
 
 def source_class_with(secrets: dict[str, str]) -> type:

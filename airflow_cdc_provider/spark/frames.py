@@ -44,6 +44,15 @@ def meta_ddl() -> str:
     return ", ".join(f"{n} {t}" for n, t in META_COLUMNS)
 
 
+def newer_than(version):
+    """The condition: a row's version ``(_cdc_file_seq, _cdc_pos, _cdc_row)`` is after ``version``."""
+    from pyspark.sql import functions as F
+
+    seq, pos, row = version
+    file_seq, p = F.col("_cdc_file_seq"), F.col("_cdc_pos")
+    return (file_seq > seq) | ((file_seq == seq) & ((p > pos) | ((p == pos) & (F.col("_cdc_row") > row))))
+
+
 def latest_per_key(df, key_columns):
     """Keep the newest version of every key (the row a mirror keeps)."""
     from pyspark.sql import Window

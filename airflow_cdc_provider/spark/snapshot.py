@@ -129,11 +129,14 @@ def read_window_rows(spark, conn, settings, schema: TableSchema, types: TableSin
     return df
 
 
-def fold_window(spark, rows_df, types: TableSinkTypes, last: LastChanges):
-    """Spark: rows without the changed keys, plus the last image of each changed key that still exists."""
+def fold_window(spark, rows_df, types: TableSinkTypes, last: LastChanges, truncated: bool = False):
+    """Spark: rows without the changed keys (none after a TRUNCATE in the window), plus the last image of each
+    changed key that still exists."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import IntegerType, StructField, StructType
 
+    if truncated:
+        rows_df = rows_df.limit(0)
     if not last:
         return rows_df
     schema = types.schema
@@ -187,6 +190,7 @@ class SnapshotJob:
 
     def read_table(self, conn, info, table: TableId, chunks: list[Chunk]) -> list[ChunkReport]:
         schema = load_schema(conn, table, self.spec.chunk_key(table))
+        self.store.write_table_schema(str(table), schema.to_dict())
         types = TableSinkTypes.of(schema)
         self.sink.prepare(types)
         order = DatabaseKeyOrder(conn, schema)
@@ -217,8 +221,9 @@ class SnapshotJob:
         t_select = time.monotonic() - t0
         counts = window.counts
         folded = None
-        if changes.touched:
-            folded = fold_window(self.spark, window.rows(), types, changes.last).persist(StorageLevel.MEMORY_AND_DISK)
+        if changes.touched or changes.truncated:
+            folded = fold_window(self.spark, window.rows(), types, changes.last, changes.truncated
+                                 ).persist(StorageLevel.MEMORY_AND_DISK)
             counts = chunk_counts(folded)
         t_write = time.monotonic()
         lost = window.publish(folded, changes.high.sort_key, lambda: self._hit("mid_sink_write", chunks))

@@ -27,15 +27,16 @@ from typing import Any
 
 from airflow_cdc_provider.compat import pyspark_internals
 from airflow_cdc_provider.core.chunks import TableId
-from airflow_cdc_provider.core.offsets import BinlogOffset
+from airflow_cdc_provider.core.offsets import BinlogOffset, EventPosition
+from airflow_cdc_provider.core.schema_changes import KIND_OF_OP, RESYNC, SchemaChange
 from airflow_cdc_provider.pipeline.faults import FaultSwitch
 from airflow_cdc_provider.pipeline.job_errors import failure_summary
 from airflow_cdc_provider.pipeline.jobspec import JobSpec
+from airflow_cdc_provider.pipeline.table_schemas import pending_resyncs, stream_schemas
 from airflow_cdc_provider.sinks.base import META_COLUMNS
 from airflow_cdc_provider.sinks.registry import open_sink
 from airflow_cdc_provider.sinks.types import TableSinkTypes
 from airflow_cdc_provider.source.connection import connect
-from airflow_cdc_provider.source.schema import load_schema
 from airflow_cdc_provider.spark.binlog_source import image_column, register_source, source_schema
 from airflow_cdc_provider.spark.session import default_parallelism, is_connect
 from airflow_cdc_provider.state.records import StreamStatus
@@ -131,6 +132,36 @@ class BatchWriter:
         if self.publish:
             StateStore(self.state_path).write_json(BATCH_TOTALS, self.totals())
 
+    def _apply_schema_changes(self, batch_df, batch_id: int) -> None:
+        """The batch's schema changes, after its rows are written: each sink applies truncates and drops by
+        version (so the order with the rows does not matter), and the state store records them all, which
+        tells the next run's plan step what to re-snapshot."""
+        from pyspark.sql import functions as F
+
+        rows = (batch_df.filter(F.col("op").isin(*KIND_OF_OP)).select("table", "op", "file_seq", "pos", "row", "statement")
+                .collect())
+        store = StateStore(self.state_path)
+        held = set(pending_resyncs(store))  # a table's first resync is the one that counts; segments decoded in
+        changes = []  # parallel may each have reported one
+        for r in sorted(rows, key=lambda r: (r["file_seq"], r["pos"], r["row"])):
+            said = json.loads(r["statement"] or "{}")
+            change = SchemaChange(KIND_OF_OP[r["op"]], TableId.parse(r["table"]), said.get("statement", ""),
+                                  said.get("detail", ""), EventPosition(said["file"], int(r["pos"]), int(r["row"])))
+            if change.kind == RESYNC and str(change.table) in held:
+                continue
+            held |= {str(change.table)} if change.kind == RESYNC else set()
+            changes.append(change)
+        for change in changes:
+            if change.kind == RESYNC:
+                log.warning("%s: its changes from here on are held until the table is re-snapshotted, which the "
+                            "next run of the pipeline does (or now: airflow dags trigger <dag_id> -c "
+                            "'{\"resnapshot\": [\"%s\"]}')", change.describe(), change.table)
+            else:
+                log.warning("%s: applied in the sink", change.describe())
+            self._sink.apply_schema_change(change, self.types[str(change.table)])
+        store.record_schema_changes(changes)
+        self.faults.hit("after_schema_change", f"batch {batch_id}")
+
     def _changes(self, batch_df, table: str):
         """``table``'s rows of the batch as the sink takes them: its image's columns, then the change's metadata."""
         from pyspark.sql import functions as F
@@ -149,10 +180,13 @@ class BatchWriter:
 
         table = next(iter(self.image_columns))
         observed = _observation(batch_df.sparkSession, f"airflow_cdc_batch_{batch_id}")
-        df = batch_df.observe(observed, F.count(F.lit(1)).alias("rows"), F.max("ts_ms").alias("newest"))
+        df = batch_df.observe(observed, F.count(F.lit(1)).alias("rows"), F.max("ts_ms").alias("newest"),
+                              F.sum(F.col("op").isin(*KIND_OF_OP).cast("int")).alias("schema_changes"))
         self._sink.write_changes(self._changes(df, table), self.types[table], batch_id,
                                  self._mid_write(table, batch_id), lambda: observed.get["rows"])
         metrics = observed.get
+        if metrics["schema_changes"]:  # rare: the batch is read once more for them
+            self._apply_schema_changes(batch_df, batch_id)
         if metrics["rows"]:
             self.faults.hit("mid_batch", f"batch {batch_id}")
         log.info("batch %d: %d rows read and written in %.2fs", batch_id, metrics["rows"], time.monotonic() - t0)
@@ -165,7 +199,8 @@ class BatchWriter:
 
         batch_df = batch_df.persist()
         try:
-            stats = batch_df.groupBy("table").agg(F.count("*"), F.max("ts_ms")).collect()
+            stats = batch_df.groupBy("table").agg(F.count("*"), F.max("ts_ms"),
+                                                  F.sum(F.col("op").isin(*KIND_OF_OP).cast("int"))).collect()
             counts = {r[0]: r[1] for r in stats}
             t_read = time.monotonic() - t0
             for i, table in enumerate(sorted(counts)):
@@ -176,6 +211,8 @@ class BatchWriter:
                     self.faults.hit("mid_batch", f"batch {batch_id}")
             log.info("batch %d: %d rows read in %.2fs, written in %.2fs", batch_id, sum(counts.values()), t_read,
                      time.monotonic() - t0 - t_read)
+            if any(r[3] for r in stats):
+                self._apply_schema_changes(batch_df, batch_id)
             return counts, max([0] + [r[2] or 0 for r in stats])
         finally:
             batch_df.unpersist()
@@ -205,10 +242,7 @@ class StreamJob:
         self.error: str | None = None  # why the query failed (``run`` returned 1)
         settings = spec.source_settings(secrets)
         with contextlib.closing(connect(settings)) as conn:
-            self.types = {
-                str(t): TableSinkTypes.of(load_schema(conn, TableId.parse(t), chunk_key))
-                for t, chunk_key in spec.tables.items()
-            }
+            self.types = {t: TableSinkTypes.of(s) for t, s in stream_schemas(conn, self.store, spec.tables).items()}
         self.order = sorted(self.types)  # table i's rows carry their values in the source's image_<i>
         for types in self.types.values():
             sink.prepare(types)
@@ -267,7 +301,8 @@ class StreamJob:
         # given here, Spark does not start a Python process to ask the source for it
         df = (self.spark.readStream.format("airflow_cdc_binlog").schema(schema).option("spec", self.spec.to_json())
               .option("partitions", str(default_parallelism(self.spark)))
-              .option("tables", json.dumps(self.order)).option("schema", schema).load())
+              .option("definitions", json.dumps([self.types[t].schema.to_dict() for t in self.order]))
+              .option("schema", schema).load())
         writer = df.writeStream.foreachBatch(self.writer).option("checkpointLocation", self.store.checkpoint_location)
         if self.mode == "continuous":
             writer = writer.trigger(processingTime=self.spec.stream.trigger_interval)

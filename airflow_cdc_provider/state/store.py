@@ -5,6 +5,9 @@ One directory per pipeline (``state.path`` in YAML). Layout::
     tables/<db.table>/epoch=<E>/chunks=<a>-<b>.json  chunk reports of snapshot epoch E, one file a window
     tables/<db.table>/epoch=<E>/chunks=<a>-<b>.started  a window's job began (tells a retry to clean up)
     tables/<db.table>/snapshot.json                   the finished snapshot: epoch, chunk reports, min LW
+    tables/<db.table>/schema.json                     the table's definition as the pipeline last read it
+    schema/changes.json                               the schema changes the stream applied (truncate, drop,
+                                                      resync), in binlog order
     stream/seed.json                                  min HW + per-table chunk infos (collect_watermarks)
     stream/checkpoint/                                Spark's checkpoint location
     stream/status.json                                heartbeat: last_offset, lag_seconds, rows_emitted, ...
@@ -31,6 +34,7 @@ from typing import Any
 
 from airflow_cdc_provider.core.offsets import BinlogOffset
 from airflow_cdc_provider.core.reports import ChunkReport
+from airflow_cdc_provider.core.schema_changes import SchemaChange
 from airflow_cdc_provider.state.records import FinishedSnapshot, StreamLaunch, StreamLease, StreamSeed, StreamStatus
 from airflow_cdc_provider.state.storage import Storage
 
@@ -174,6 +178,30 @@ class StateStore:
                 snap = FinishedSnapshot.from_dict(data)
                 out[snap.table] = snap
         return out
+
+    # -- schema ------------------------------------------------------------------------------------
+    SCHEMA_CHANGES = "schema/changes.json"
+
+    def write_table_schema(self, table: str, schema: dict[str, Any]) -> None:
+        """The definition a job read the table with: what decodes its binlog events once the table is gone."""
+        rel = f"tables/{table_dir_name(table)}/schema.json"
+        if self.read_json(rel) != schema:
+            self.write_json(rel, schema)
+
+    def read_table_schema(self, table: str) -> dict[str, Any] | None:
+        return self.read_json(f"tables/{table_dir_name(table)}/schema.json")
+
+    def record_schema_changes(self, changes: list[SchemaChange]) -> None:
+        """Add what a stream batch met; a re-run of the batch adds nothing twice."""
+        known = self.schema_changes()
+        seen = {(c.kind, str(c.table), c.position.sort_key if c.position else None) for c in known}
+        new = [c for c in changes if (c.kind, str(c.table), c.position.sort_key if c.position else None) not in seen]
+        if new:
+            ordered = sorted(known + new, key=lambda c: c.position.sort_key if c.position else (0, 0, 0))
+            self.write_json(self.SCHEMA_CHANGES, [c.to_dict() for c in ordered])
+
+    def schema_changes(self) -> list[SchemaChange]:
+        return [SchemaChange.from_dict(d) for d in self.read_json(self.SCHEMA_CHANGES, [])]
 
     # -- stream ------------------------------------------------------------------------------------
     SEED = "stream/seed.json"

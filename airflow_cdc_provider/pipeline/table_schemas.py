@@ -1,0 +1,67 @@
+"""Which definition each captured table is read with, and what the stream's schema changes ask of later runs.
+
+A stream job reads every table's definition once, when it starts, and hands it to every Spark task: all
+tasks decode with the same definition, and a TABLE_MAP that differs from it is a schema change
+(``source.table_definition``), never a silent misread. The definition is saved in the state store, so a
+table dropped before the stream reached its last changes is still decoded up to its drop.
+
+What the stream met (``StateStore.schema_changes``) steers later runs: a table with a ``resync`` newer than
+its current snapshot is re-snapshotted by the next plan step; a table whose last change is a ``drop`` and
+that no longer exists on the source is left out of planning, with a warning, and its runs succeed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping
+
+from airflow_cdc_provider.core.chunks import TableId
+from airflow_cdc_provider.core.schema_changes import DROP, RESYNC, SchemaChange
+from airflow_cdc_provider.source.schema import TableConfigError, TableSchema, load_schema
+from airflow_cdc_provider.state.store import StateStore
+
+log = logging.getLogger("airflow_cdc.schema")
+
+
+def stream_schemas(conn: Any, store: StateStore, tables: Mapping[str, Any]) -> dict[str, TableSchema]:
+    """Each table's definition as the source has it now (saved to the state store); for a table the source no
+    longer has, the one saved last."""
+    out = {}
+    for name, chunk_key in tables.items():
+        try:
+            schema = load_schema(conn, TableId.parse(name), chunk_key)
+        except TableConfigError:
+            saved = store.read_table_schema(name)
+            if saved is None:
+                raise
+            log.warning("table %s no longer exists on the source: its changes up to its drop are read with the "
+                        "definition saved when it was last read", name)
+            out[name] = TableSchema.from_dict(saved)
+            continue
+        store.write_table_schema(name, schema.to_dict())
+        out[name] = schema
+    return out
+
+
+def _not_covered(change: SchemaChange, snapshot) -> bool:
+    """Whether the table's current snapshot (a ``FinishedSnapshot`` or None) started before ``change``."""
+    return snapshot is None or change.position is None or \
+        change.position.sort_key > snapshot.min_low_watermark.sort_key
+
+
+def pending_resyncs(store: StateStore) -> dict[str, SchemaChange]:
+    """Per table, the first ``resync`` its current snapshot does not cover (the snapshot started before it)."""
+    finished = store.finished_tables()
+    out: dict[str, SchemaChange] = {}
+    for change in store.schema_changes():
+        name = str(change.table)
+        if change.kind == RESYNC and name not in out and _not_covered(change, finished.get(name)):
+            out[name] = change
+    return out
+
+
+def dropped_tables(store: StateStore) -> dict[str, SchemaChange]:
+    """Tables whose last schema change is a drop that no later snapshot follows."""
+    finished = store.finished_tables()
+    last = {str(c.table): c for c in store.schema_changes()}
+    return {name: c for name, c in last.items() if c.kind == DROP and _not_covered(c, finished.get(name))}

@@ -1,0 +1,124 @@
+"""Schema changes as the binlog reader sees them, against the real MariaDB: statements of captured tables
+become schema change records at their positions, a row event of another definition is never decoded with the
+known one, what a snapshot covers is skipped unread, and a chunk window folds a TRUNCATE and refuses an ALTER.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_cdc_provider.core.chunks import SplitOptions, TableId
+from airflow_cdc_provider.core.records import ChangeRecord
+from airflow_cdc_provider.core.schema_changes import SchemaChange
+from airflow_cdc_provider.core.window import SchemaChangeInWindow
+from airflow_cdc_provider.pipeline.chunk_window import ChunkReadHooks, read_chunk
+from airflow_cdc_provider.source.binlog import TableChangeReader, read_changes_between
+from airflow_cdc_provider.source.chunk_queries import split_schema
+from airflow_cdc_provider.source.schema import load_schema
+from airflow_cdc_provider.source.server import current_offset
+
+
+def offset(db):
+    with db.connection() as conn:
+        return current_offset(conn)
+
+
+def schema_of(db, table="t"):
+    with db.connection() as conn:
+        return load_schema(conn, TableId(db.name, table))
+
+
+def read(db, start, stop, schemas, server_id, compiled=True, covered_through=None):
+    reader = TableChangeReader({s.table: s for s in schemas}, compiled=compiled, covered_through=covered_through)
+    return list(read_changes_between(db.settings, server_id, start, stop, {s.table: s for s in schemas}, reader))
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["packet-reader", "library-reader"])
+def test_statements_of_captured_tables_are_records_at_their_positions(source_db, server_id, compiled):
+    db = source_db
+    db.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))")
+    db.execute("CREATE TABLE other (id INT PRIMARY KEY)")
+    db.executemany("INSERT INTO t VALUES (%s, %s)", [(i, f"v{i}") for i in range(5)])
+    known = schema_of(db)
+    start = offset(db)
+    db.execute("UPDATE t SET v = 'before' WHERE id = 1")
+    db.execute("TRUNCATE TABLE t")
+    db.execute("INSERT INTO t VALUES (7, 'after')")
+    db.execute("ALTER TABLE other ADD COLUMN c INT")  # not captured: nothing
+    db.execute("ALTER TABLE t ADD COLUMN c INT NOT NULL DEFAULT 3")
+    db.execute("INSERT INTO t VALUES (8, 'new def', 4)")  # another definition: never decoded with the old one
+    db.execute("ALTER TABLE t ADD INDEX (v)")  # leaves rows as they are: nothing
+    stop = offset(db)
+    got = read(db, start, stop, [known], server_id, compiled=compiled)
+    summary = [r.kind if isinstance(r, SchemaChange) else (r.op, r.key) for r in got]
+    assert summary[:3] == [("u", (1,)), "truncate", ("c", (7,))]
+    kinds = [r.kind for r in got[3:] if isinstance(r, SchemaChange)]
+    assert kinds[0] == "resync" and "add column c" in got[3].detail.lower(), got[3]
+    assert all(isinstance(r, SchemaChange) for r in got[3:]), "a row of the new definition was decoded with the old one"
+    assert got[-1].detail.startswith("its row events have another definition"), got[-1]
+    positions = [r.position.sort_key for r in got]
+    assert positions == sorted(positions)
+
+
+def test_a_dropped_and_a_renamed_table_are_drop_records(source_db, server_id):
+    db = source_db
+    for name in ("t", "u"):
+        db.execute(f"CREATE TABLE {name} (id INT PRIMARY KEY)")
+        db.execute(f"INSERT INTO {name} VALUES (1)")
+    schemas = [schema_of(db, "t"), schema_of(db, "u")]
+    start = offset(db)
+    db.execute("INSERT INTO t VALUES (2)")
+    db.execute("DROP TABLE t")
+    db.execute("RENAME TABLE u TO u_old")
+    stop = offset(db)
+    got = read(db, start, stop, schemas, server_id)
+    assert [type(r).__name__ for r in got] == ["ChangeRecord", "SchemaChange", "SchemaChange"]
+    assert [(r.kind, r.table.table) for r in got[1:]] == [("drop", "t"), ("drop", "u")]
+    assert "u_old" in got[2].detail
+
+
+def test_events_a_snapshot_covers_are_skipped_unread(source_db, server_id):
+    db = source_db
+    db.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)")
+    start = offset(db)
+    db.execute("INSERT INTO t VALUES (1, 1)")
+    db.execute("ALTER TABLE t ADD COLUMN c INT")  # old-definition events before a re-snapshot's watermark
+    db.execute("INSERT INTO t VALUES (2, 2, 2)")
+    covered = offset(db)
+    db.execute("INSERT INTO t VALUES (3, 3, 3)")
+    stop = offset(db)
+    known = schema_of(db)  # the new definition, as a stream started after the ALTER knows it
+    got = read(db, start, stop, [known], server_id, covered_through={known.table: covered.sort_key})
+    assert [(r.op, r.key) for r in got if isinstance(r, ChangeRecord)] == [("c", (3,))]
+    assert not [r for r in got if isinstance(r, SchemaChange)]
+
+
+def window_plan(db):
+    db.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))")
+    db.executemany("INSERT INTO t VALUES (%s, %s)", [(i, f"v{i}") for i in range(1, 41)])
+    with db.connection() as conn:
+        schema = load_schema(conn, TableId(db.name, "t"))
+        return schema, split_schema(conn, schema, SplitOptions(1000))
+
+
+def test_a_truncate_inside_a_chunk_window_leaves_only_what_came_after_it(source_db, server_id):
+    db = source_db
+    schema, chunks = window_plan(db)
+
+    def after_select():  # the SELECT saw 40 rows; the truncate and one insert follow before HW
+        db.execute("TRUNCATE TABLE t")
+        db.execute("INSERT INTO t VALUES (5, 'after truncate')")
+
+    result = read_chunk(db.settings, schema, chunks[0], server_id=server_id, hooks=ChunkReadHooks(after_select=after_select))
+    assert result.rows == {(5,): {"id": 5, "v": "after truncate"}}
+
+
+def test_an_alter_inside_a_chunk_window_fails_the_read_naming_the_change(source_db, server_id):
+    db = source_db
+    schema, chunks = window_plan(db)
+
+    def after_select():
+        db.execute("ALTER TABLE t ADD COLUMN c INT DEFAULT 1")
+
+    with pytest.raises(SchemaChangeInWindow, match=r"resync of .*\.t .*add column c.*retry the chunk task"):
+        read_chunk(db.settings, schema, chunks[0], server_id=server_id, hooks=ChunkReadHooks(after_select=after_select))

@@ -1,0 +1,186 @@
+"""Schema changes of captured tables through the real jobs, into both sinks, compared row by row with MariaDB.
+
+TRUNCATE and DROP are applied by the stream at their positions; an ALTER (or a table swapped in by an online
+schema change tool's RENAME) holds the table's changes until its re-snapshot, after which the sink equals the
+source column by column, new, renamed and widened columns included; ``schema_changes: fail`` stops before the
+change with nothing of the batch written. The jdbc sink is read with plain SQL, not through the sink's code.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_cdc_provider.core.chunks import SplitOptions
+from airflow_cdc_provider.pipeline.plan import plan_chunks
+from airflow_cdc_provider.pipeline.table_schemas import dropped_tables, pending_resyncs
+from airflow_cdc_provider.sinks.postgres import mirror_table_name
+from tests.e2e.cdc_helpers import Pipeline, jdbc_sink, parquet_sink, sink_rows, source_rows, table_types
+
+
+def make_pipeline(source_db, tmp_path, postgres, sink_type, tables=("t", "other"), chunk_size=40):
+    sink = parquet_sink(tmp_path) if sink_type == "parquet" else jdbc_sink(postgres, f"s_{source_db.name}")
+    return Pipeline(source_db, tmp_path, sink, list(tables), postgres=postgres, chunk_size=chunk_size)
+
+
+def make_tables(db, rows=100):
+    db.execute("CREATE TABLE t (id INT PRIMARY KEY, name VARCHAR(20) NOT NULL, qty INT)")
+    db.execute("CREATE TABLE other (id INT PRIMARY KEY, v INT)")
+    db.executemany("INSERT INTO t VALUES (%s, %s, %s)", [(i, f"n{i}", i) for i in range(1, rows + 1)])
+    db.executemany("INSERT INTO other VALUES (%s, %s)", [(i, i) for i in range(1, 21)])
+
+
+def snapshot_all(p):
+    p.snapshot(p.plan())
+    p.collect()
+
+
+def resnapshot(p, source_db, tmp_path, postgres, sink_type, table="t"):
+    """What the next DAG run's plan step does for a table with a pending resync: a new epoch of it alone."""
+    assert source_db.table(table) in pending_resyncs(p.state)
+    q = make_pipeline(source_db, tmp_path, postgres, sink_type, tables=(table,))
+    q.snapshot(q.plan())
+    q.collect()
+    assert source_db.table(table) not in pending_resyncs(p.state)
+
+
+def pg_rows(postgres, source_db, table):
+    """The jdbc mirror's live rows with plain SQL: {key: row} over the source's columns."""
+    columns = source_rows_columns(source_db, table)
+    with postgres.connect() as conn, conn.cursor() as cur:
+        cur.execute(f'SELECT {", ".join(f"{chr(34)}{c}{chr(34)}" for c in columns)} FROM "s_{source_db.name}".'
+                    f'"{mirror_table_name(source_db.table(table))}" WHERE NOT _cdc_deleted')
+        return {(r[0],): tuple(r) for r in cur.fetchall()}
+
+
+def source_rows_columns(source_db, table):
+    return [r[0] for r in source_db.execute(
+        "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
+        "ORDER BY ORDINAL_POSITION", (source_db.name, table))]
+
+
+def assert_sink_equals_source(p, spark, postgres, source_db, sink_type, table):
+    want = source_rows(source_db, table)
+    assert sink_rows(spark, p.sink, p.secrets, table_types(source_db, table)) == want
+    if sink_type == "jdbc":
+        assert pg_rows(postgres, source_db, table) == want
+
+
+@pytest.mark.parametrize("sink_type", ["parquet", "jdbc"])
+def test_truncate_empties_the_table_at_its_position_and_later_changes_apply(source_db, tmp_path, spark, postgres,
+                                                                             sink_type):
+    make_tables(source_db)
+    p = make_pipeline(source_db, tmp_path, postgres, sink_type)
+    snapshot_all(p)
+    source_db.execute("UPDATE t SET qty = -1 WHERE id <= 10")  # pending changes before the truncate
+    source_db.execute("TRUNCATE TABLE t")
+    source_db.executemany("INSERT INTO t VALUES (%s, %s, %s)", [(i, f"after{i}", i) for i in (3, 500, 501)])
+    source_db.execute("UPDATE t SET name = 'changed' WHERE id = 500")
+    source_db.execute("UPDATE other SET v = 0 WHERE id = 1")
+    p.stream(max_bytes=2_000)  # several batches: the truncate's batch and the ones around it
+    assert [c.kind for c in p.state.schema_changes()] == ["truncate"]
+    assert_sink_equals_source(p, spark, postgres, source_db, sink_type, "t")
+    assert len(source_rows(source_db, "t")) == 3
+    assert_sink_equals_source(p, spark, postgres, source_db, sink_type, "other")
+    p.stream()  # a re-run applies nothing twice
+    assert_sink_equals_source(p, spark, postgres, source_db, sink_type, "t")
+
+
+@pytest.mark.parametrize("sink_type", ["parquet", "jdbc"])
+def test_alter_holds_the_table_until_its_resnapshot_then_every_column_converges(source_db, tmp_path, spark, postgres,
+                                                                                sink_type):
+    make_tables(source_db)
+    p = make_pipeline(source_db, tmp_path, postgres, sink_type)
+    snapshot_all(p)
+    source_db.execute("UPDATE t SET qty = qty + 1000 WHERE id <= 20")  # still pending when the ALTER comes
+    source_db.execute("DELETE FROM t WHERE id = 30")
+    source_db.execute("ALTER TABLE t ADD COLUMN c VARCHAR(5) NOT NULL DEFAULT 'x', "
+                      "CHANGE name title VARCHAR(20) NOT NULL, MODIFY qty BIGINT")
+    source_db.execute("UPDATE t SET qty = 5000000000, c = 'big' WHERE id = 2")
+    source_db.execute("INSERT INTO t VALUES (1000, 'new', 3000000000, 'y')")
+    source_db.execute("UPDATE other SET v = -5 WHERE id = 2")  # another table keeps streaming
+    p.stream(max_bytes=3_000)
+    assert p.state.read_status().state == "finished"
+    assert source_db.table("t") in pending_resyncs(p.state)
+    alter, = [c for c in p.state.schema_changes() if "ALTER TABLE" in c.statement]
+    assert alter.kind == "resync" and "add column c" in alter.detail.lower()
+    assert_sink_equals_source(p, spark, postgres, source_db, sink_type, "other")
+
+    p.stream()  # a restart with the new definition: the table is still held, the run succeeds
+    resnapshot(p, source_db, tmp_path, postgres, sink_type)
+    source_db.execute("UPDATE t SET title = 'after', qty = 7000000000 WHERE id = 3")
+    p.stream()
+    assert_sink_equals_source(p, spark, postgres, source_db, sink_type, "t")
+    want = source_rows(source_db, "t")
+    assert want[(2,)] == (2, "n2", 5000000000, "big") and want[(50,)] == (50, "n50", 50, "x")
+
+
+@pytest.mark.parametrize("sink_type", ["parquet", "jdbc"])
+def test_a_dropped_table_leaves_the_stream_and_later_runs_succeed(source_db, tmp_path, spark, postgres, sink_type):
+    make_tables(source_db)
+    p = make_pipeline(source_db, tmp_path, postgres, sink_type)
+    snapshot_all(p)
+    types = table_types(source_db, "t")
+    source_db.execute("UPDATE t SET qty = 0 WHERE id = 1")  # pending when the table goes
+    source_db.execute("DROP TABLE t")
+    source_db.execute("UPDATE other SET v = 99 WHERE id = 3")
+    p.stream()
+    assert source_db.table("t") in dropped_tables(p.state)
+    assert sink_rows(spark, p.sink, p.secrets, types) == {}
+    assert_sink_equals_source(p, spark, postgres, source_db, sink_type, "other")
+    source_db.execute("UPDATE other SET v = 98 WHERE id = 4")
+    p.stream()  # the table is gone from the source: decoded with its saved definition, the run succeeds
+    assert_sink_equals_source(p, spark, postgres, source_db, sink_type, "other")
+
+    plan = plan_chunks(source_db.settings, p.tables, SplitOptions(40), captured_before=set(p.tables))
+    assert plan.validation.gone == [source_db.table("t")]
+    assert [str(s.table) for s in plan.schemas] == [source_db.table("other")]
+
+
+def test_gh_ost_swap_is_one_change_of_the_table_and_no_row_of_the_copy(source_db, tmp_path, spark, postgres):
+    db = source_db
+    make_tables(db)
+    p = make_pipeline(db, tmp_path, postgres, "jdbc")
+    snapshot_all(p)
+    # gh-ost: a shadow table altered and filled, changes of the original applied to it, then one atomic swap
+    db.execute("CREATE TABLE _t_gho LIKE t")
+    db.execute("ALTER TABLE _t_gho ADD COLUMN c INT NOT NULL DEFAULT 0")
+    db.execute("CREATE TABLE _t_ghc (id BIGINT AUTO_INCREMENT PRIMARY KEY, hint VARCHAR(64))")
+    db.execute("INSERT INTO _t_gho (id, name, qty) SELECT id, name, qty FROM t")
+    db.execute("UPDATE t SET qty = 77 WHERE id = 5")
+    db.execute("UPDATE _t_gho SET qty = 77 WHERE id = 5")
+    db.execute("CREATE TABLE _t_del (id INT AUTO_INCREMENT PRIMARY KEY) COMMENT='ghost-cut-over-sentry'")
+    db.execute("DROP TABLE IF EXISTS _t_del")
+    db.execute("RENAME TABLE t TO _t_del, _t_gho TO t")
+    db.execute("DROP TABLE IF EXISTS _t_del")
+    db.execute("UPDATE t SET c = 9 WHERE id = 6")
+    p.stream()
+    changes = [(c.kind, c.table.table) for c in p.state.schema_changes()]
+    assert changes == [("resync", "t")], changes
+    resnapshot(p, db, tmp_path, postgres, "jdbc")
+    p.stream()
+    assert_sink_equals_source(p, spark, postgres, db, "jdbc", "t")
+
+
+def test_fail_stops_before_the_change_with_nothing_written_then_resumes_after_a_resnapshot(
+        source_db, tmp_path, spark, postgres):
+    db = source_db
+    make_tables(db)
+    p = make_pipeline(db, tmp_path, postgres, "parquet")
+    snapshot_all(p)
+    old_types = table_types(db, "t")
+    before = sink_rows(spark, p.sink, p.secrets, old_types)
+    db.execute("UPDATE t SET qty = 1 WHERE id = 1")
+    db.execute("ALTER TABLE t DROP COLUMN qty")
+    res = p.stream(check=False, schema_changes="fail")
+    assert res.returncode != 0
+    status = p.state.read_status()
+    assert status.state == "failed"
+    assert db.table("t") in status.error and "DROP COLUMN qty" in status.error and "resnapshot" in status.error
+    assert not p.state.has_checkpoint() and p.state.schema_changes() == []
+    assert sink_rows(spark, p.sink, p.secrets, old_types) == before  # the update before the ALTER is not half-applied
+    # the documented way on: re-snapshot the table, then the stream passes the change
+    q = make_pipeline(db, tmp_path, postgres, "parquet", tables=("t",))
+    q.snapshot(q.plan())
+    q.collect()
+    p.stream(schema_changes="fail")
+    assert_sink_equals_source(p, spark, postgres, db, "parquet", "t")
