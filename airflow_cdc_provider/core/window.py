@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Mapping
 from airflow_cdc_provider.core.chunks import Chunk
 from airflow_cdc_provider.core.keys import Key
 from airflow_cdc_provider.core.records import OP_CREATE, OP_DELETE, OP_UPDATE, ChangeRecord
-from airflow_cdc_provider.core.schema_changes import TRUNCATE, SchemaChange
+from airflow_cdc_provider.core.schema_changes import DROP, TRUNCATE, SchemaChange
 
 LastChanges = dict[Key, tuple[ChangeRecord, int]]  # key -> (its newest change in the window, its chunk index)
 
@@ -28,10 +28,13 @@ class SchemaChangeInWindow(RuntimeError):
 
     def __init__(self, change: SchemaChange) -> None:
         self.change = change
-        super().__init__(
-            f"{change.describe()} happened while this chunk was read, so its rows may hold either definition: "
-            "retry the chunk task (it reads the table as it is now). Chunks read before the change are re-read "
-            "too: the stream re-snapshots the table when it reaches the change")
+        if change.kind == DROP:
+            why = "the table is gone: the next run of the pipeline leaves it out of its plan"
+        else:
+            why = ("its rows may hold either definition: retry the chunk task (it reads the table as it is now); "
+                   "chunks read before the change are re-read too: the stream re-snapshots the table when it "
+                   "reaches the change")
+        super().__init__(f"{change.describe()} happened while this chunk was read; {why}")
 
 
 def after_last_truncate(records: Iterable[ChangeRecord | SchemaChange]) -> tuple[list[ChangeRecord], bool]:

@@ -35,7 +35,7 @@ from airflow_cdc_provider.source.binlog import read_changes_between
 from airflow_cdc_provider.source.chunk_queries import select_chunk_sql
 from airflow_cdc_provider.source.connection import connect
 from airflow_cdc_provider.source.key_order import DatabaseKeyOrder
-from airflow_cdc_provider.source.schema import TableSchema
+from airflow_cdc_provider.source.schema import TableSchema, load_schema
 from airflow_cdc_provider.source.server import ServerInfo, current_offset, server_info
 from airflow_cdc_provider.source.settings import ConnectionSettings
 from airflow_cdc_provider.source.values import RowCanonicalizer
@@ -76,6 +76,7 @@ def read_window(conn: Any, info: ServerInfo, settings: ConnectionSettings, serve
     checkpoint("after_select")
     high = current_offset(conn, info)
     checkpoint("after_high_watermark")
+    _check_definition(conn, schema, high)
     changes = WindowChanges(low, high)
     if high > low:
         records, changes.truncated = after_last_truncate(
@@ -84,6 +85,22 @@ def read_window(conn: Any, info: ServerInfo, settings: ConnectionSettings, serve
             order.prefetch([r.key for r in records] + [k for c in chunks for k in (c.start, c.end) if k is not None])
         changes.last, changes.applied = window_changes(records, chunk_locator(chunks, order))
     return selected, changes
+
+
+def _check_definition(conn: Any, schema: TableSchema, high: BinlogOffset) -> None:
+    """The table still has the definition its rows were SELECTed with (an ALTER between the job's look at the
+    table and the low watermark leaves no trace in the window, and would give every row of it the old columns)."""
+    from airflow_cdc_provider.core.offsets import EventPosition
+    from airflow_cdc_provider.core.schema_changes import RESYNC, SchemaChange
+    from airflow_cdc_provider.core.window import SchemaChangeInWindow
+
+    chunk_key = None if schema.key_columns == schema.primary_key else schema.key_columns
+    now = load_schema(conn, schema.table, chunk_key)
+    if (now.columns, now.primary_key) != (schema.columns, schema.primary_key):
+        raise SchemaChangeInWindow(SchemaChange(
+            RESYNC, schema.table, "", f"its definition is no longer the one the chunk was read with: columns "
+            f"({', '.join(now.column_names)}), not ({', '.join(schema.column_names)})",
+            EventPosition(high.file, high.pos, 0)))
 
 
 def chunk_reports(chunks: list[Chunk], changes: WindowChanges, counts: dict[int, int], seconds: float

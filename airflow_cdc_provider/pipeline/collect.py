@@ -17,7 +17,7 @@ from typing import Iterable, Mapping
 
 from airflow_cdc_provider.core.emit_filter import table_split_info
 from airflow_cdc_provider.core.reports import ChunkReport
-from airflow_cdc_provider.sinks.base import Sink
+from airflow_cdc_provider.sinks.base import EMPTYING_OPS, Sink
 from airflow_cdc_provider.state.records import FinishedSnapshot, StreamSeed, TablePlan
 from airflow_cdc_provider.state.store import StateStore
 
@@ -37,7 +37,10 @@ def finish_table(store: StateStore, sink: Sink, table: str, epoch: int, planned_
         )
     table_split_info([r.range for r in reports])  # raises if the chunks are not contiguous
     snapshot = FinishedSnapshot(table, epoch, tuple(sorted(reports, key=lambda r: r.index)))
-    sink.finish_snapshot(table, epoch, snapshot.min_low_watermark.sort_key)
+    start = snapshot.min_low_watermark.sort_key
+    emptied = tuple(c for c in store.schema_changes() if str(c.table) == table and c.op in EMPTYING_OPS
+                    and c.position is not None and c.position.sort_key > start)
+    sink.finish_snapshot(table, epoch, start, emptied)
     store.write_finished_snapshot(snapshot)
     return snapshot
 

@@ -48,18 +48,26 @@ class Pipeline:
         return open_sink(self.sink, self.secrets, spark)
 
     def captured_tables(self) -> list[str]:
-        """The tables ``source.tables`` (names, globs, regexes) match on the source now."""
+        """The tables ``source.tables`` (names, globs, regexes) match on the source now, and those the pipeline
+        read before that the source no longer has and whose drop the stream has not applied yet (it must
+        still read their changes up to it)."""
+        from airflow_cdc_provider.pipeline.table_schemas import dropped_tables
         from airflow_cdc_provider.source.connection import connect
-        from airflow_cdc_provider.source.schema import discover
+        from airflow_cdc_provider.source.schema import discover, list_tables
 
+        before = self.captured_before()
         with contextlib.closing(connect(self.source)) as conn:
-            return [str(t) for t in discover(conn, self.config.source.tables)]
+            existing = {str(t) for t in list_tables(conn)}
+            patterns = [p for p in self.config.source.tables if not (p in before and p not in existing)]
+            found = [str(t) for t in discover(conn, patterns)] if patterns else []
+        applied = dropped_tables(self.state)
+        return found + sorted(t for t in before - existing if t not in found and t not in applied)
 
     def captured_before(self) -> set[str]:
         """The tables this pipeline has snapshotted or streamed: one of them missing on the source was dropped or
         renamed away, not misspelt."""
         seed = self.state.read_seed()
-        return set(self.state.finished_tables()) | set(seed.tables if seed else ())
+        return set(self.state.finished_tables()) | set(seed.tables if seed else ()) | self.state.saved_tables()
 
     def server_id(self, slot: int) -> int:
         """A replica server id from the connection's range (extra ``server_id_range``), one per concurrent

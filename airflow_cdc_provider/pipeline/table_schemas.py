@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.schema_changes import DROP, RESYNC, SchemaChange
-from airflow_cdc_provider.source.schema import TableConfigError, TableSchema, load_schema
+from airflow_cdc_provider.source.schema import TableConfigError, TableSchema, list_tables, load_schema
 from airflow_cdc_provider.state.store import StateStore
 
 log = logging.getLogger("airflow_cdc.schema")
@@ -32,7 +32,7 @@ def stream_schemas(conn: Any, store: StateStore, tables: Mapping[str, Any]) -> d
             schema = load_schema(conn, TableId.parse(name), chunk_key)
         except TableConfigError:
             saved = store.read_table_schema(name)
-            if saved is None:
+            if saved is None or name in {str(t) for t in list_tables(conn)}:  # there, but not capturable now
                 raise
             log.warning("table %s no longer exists on the source: its changes up to its drop are read with the "
                         "definition saved when it was last read", name)

@@ -110,12 +110,16 @@ class Sink(abc.ABC):
         """Where the rows go, without secrets."""
 
     @abc.abstractmethod
-    def finish_snapshot(self, table: str, epoch: int, min_low_watermark: Version) -> None:
-        """Make a completed snapshot epoch of ``table`` its current one (every chunk of it is written)."""
+    def finish_snapshot(self, table: str, epoch: int, min_low_watermark: Version, emptied_after: tuple = ()) -> None:
+        """Make a completed snapshot epoch of ``table`` its current one (every chunk of it is written).
+        ``emptied_after``: the truncates and drops the stream applied since the epoch started (their
+        ``SchemaChange``s), for a sink whose windows could have been published after them."""
 
     # -- the Spark jobs ---------------------------------------------------------------------------------
-    def prepare(self, types) -> None:
-        """Once per table and job, before the first write (create the table, record its schema)."""
+    def prepare(self, types, evolve: bool = False) -> None:
+        """Once per table and job, before the first write: create the table, record its definition. ``evolve``
+        (the snapshot job): an existing table takes the source's new definition for this snapshot; the stream
+        never changes it (a table held for a re-snapshot keeps its sink as it was)."""
 
     @abc.abstractmethod
     def open_window(self, rows, types, epoch: int, indexes: list[int], low_watermark: Version,

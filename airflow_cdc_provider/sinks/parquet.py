@@ -126,12 +126,20 @@ class ParquetLayout:
         self.storage.rename(rel, trash)
         self.storage.rmtree(trash)
 
-    def write_schema(self, table: str, schema_json: str) -> None:
-        if self.read_schema(table) != schema_json:
-            self.storage.write_text(f"{self.table_dir(table)}/_schema.json", schema_json)
+    def _schema_file(self, table: str, staged: bool) -> str:
+        return f"{self.table_dir(table)}/{'snapshot/_schema-next.json' if staged else '_schema.json'}"
 
-    def read_schema(self, table: str) -> str | None:
-        return self.storage.read_text(f"{self.table_dir(table)}/_schema.json")
+    def write_schema(self, table: str, schema_json: str, staged: bool = False) -> None:
+        if self.read_schema(table, staged) != schema_json:
+            self.storage.write_text(self._schema_file(table, staged), schema_json)
+
+    def read_schema(self, table: str, staged: bool = False) -> str | None:
+        """The Spark schema (JSON) of the table's data columns; ``staged``: the one of a snapshot in progress
+        under a new definition."""
+        return self.storage.read_text(self._schema_file(table, staged))
+
+    def delete_staged_schema(self, table: str) -> None:
+        self.storage.delete(self._schema_file(table, True))
 
     def supersede_changes(self, table: str) -> None:
         """Move the table's changelog out of readers' sight, kept (one rename)."""
@@ -187,21 +195,33 @@ class ParquetSink(Sink):
     def describe(self) -> str:
         return f"parquet sink at {self.config.path}"
 
-    def finish_snapshot(self, table: str, epoch: int, min_low_watermark: Version) -> None:
+    def finish_snapshot(self, table: str, epoch: int, min_low_watermark: Version,
+                        emptied_after: tuple = ()) -> None:
+        """Make the epoch current. If it was read under a new definition of the table (``prepare`` staged it),
+        the changes written under the old one move to ``_superseded/`` first: the new epoch supersedes them,
+        and they cannot be read with the new columns' types. Truncate and drop records need nothing here:
+        reading the state filters by their versions."""
+        staged = self.layout.read_schema(table, staged=True)
+        if staged is not None:
+            if staged != self.layout.read_schema(table) and self.layout.has_changes(table):
+                self.layout.supersede_changes(table)
+            self.layout.write_schema(table, staged)
+            self.layout.delete_staged_schema(table)
         self.layout.write_current(table, epoch, min_low_watermark)
 
-    def prepare(self, types) -> None:
-        """Record the table's columns; when the source's definition changed, the changes written under the old
-        one move to ``_superseded/`` first: they cannot be read with the new columns' types, and the table's
-        re-snapshot, which a definition change always brings, supersedes them."""
+    def prepare(self, types, evolve: bool = False) -> None:
+        """Record the table's columns the first time; a snapshot under another definition (``evolve``) stages
+        it for ``finish_snapshot``, so the current state stays readable as it was until the new epoch is
+        complete."""
         from pyspark.sql.types import StructType
 
         table = str(types.schema.table)
         schema_json = StructType.fromDDL(types.spark_ddl).json()
-        previous = self.layout.read_schema(table)
-        if previous is not None and previous != schema_json and self.layout.has_changes(table):
-            self.layout.supersede_changes(table)
-        self.layout.write_schema(table, schema_json)
+        current = self.layout.read_schema(table)
+        if current is None:
+            self.layout.write_schema(table, schema_json)
+        elif evolve and current != schema_json:
+            self.layout.write_schema(table, schema_json, staged=True)
 
     # -- snapshot windows ---------------------------------------------------------------------------------
     def open_window(self, rows, types, epoch: int, indexes: list[int], low_watermark: Version,

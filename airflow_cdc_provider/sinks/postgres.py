@@ -109,16 +109,17 @@ class PostgresMirror:
             f"CREATE TABLE IF NOT EXISTS {self.qualified(table)} ({', '.join(cols)}, PRIMARY KEY ({pk}))",
         ]
 
-    def ensure_table(self, table: str, columns: Sequence[tuple[str, str]], key_columns: Sequence[str]) -> None:
-        """Create the mirror table, or bring an existing one to ``columns`` (the source's definition changed):
-        new columns added, gone ones dropped, a column of another type dropped and added again. Its values
-        come back with the table's re-snapshot, which a definition change always brings."""
+    def ensure_table(self, table: str, columns: Sequence[tuple[str, str]], key_columns: Sequence[str],
+                     evolve: bool = False) -> None:
+        """Create the mirror table; with ``evolve``, bring an existing one to ``columns`` (the source's definition
+        changed and the table is being re-snapshotted): new columns added, gone ones dropped, a column of
+        another type dropped and added again; the snapshot writes their values."""
         with self.cursor() as cur:
             cur.execute("SELECT to_regclass(%s)", (self.qualified(table),))
             exists = cur.fetchone()[0] is not None
             for stmt in self.create_table_sql(table, columns, key_columns):
                 cur.execute(stmt)
-            if exists:
+            if exists and evolve:
                 for stmt in self.evolve_sql(cur, table, columns, key_columns):
                     cur.execute(stmt)
 
@@ -258,12 +259,18 @@ class PostgresSink(Sink):
         c = self.config.conn
         return f"jdbc sink {c.get('host')}:{c.get('port')}/{c.get('schema')} schema {self.config.schema}"
 
-    def finish_snapshot(self, table: str, epoch: int, min_low_watermark: Version) -> None:
+    def finish_snapshot(self, table: str, epoch: int, min_low_watermark: Version,
+                        emptied_after: tuple = ()) -> None:
+        """Rows older than the snapshot are gone; so are rows older than a truncate or drop the stream applied
+        after the snapshot started (``emptied_after``: their records): a window published after such a
+        tombstone may have inserted keys it did not cover."""
         self.mirror.sweep_stale(table, min_low_watermark)
+        for change in emptied_after:
+            self.apply_schema_change(change, None)
 
-    def prepare(self, types) -> None:
+    def prepare(self, types, evolve: bool = False) -> None:
         columns = [(c.name, t.postgres) for c, t in zip(types.schema.columns, types.types, strict=True)]
-        self.mirror.ensure_table(str(types.schema.table), columns, types.schema.key_columns)
+        self.mirror.ensure_table(str(types.schema.table), columns, types.schema.key_columns, evolve)
 
     def open_window(self, rows, types, epoch: int, indexes: list[int], low_watermark: Version,
                     retried: set[int]) -> "CachedWindow":

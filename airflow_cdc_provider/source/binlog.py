@@ -63,8 +63,8 @@ class TableChangeReader:
     reported once as a ``resync`` and its rows are not decoded: decoding them with the known schema would give
     wrong values. ``covered_through`` maps a table to the version through which its current snapshot holds
     every change (the smallest high watermark of its chunks): its events up to there are skipped unread.
-    ``held``: tables whose resync is already known (waiting for their re-snapshot): their rows of another
-    definition are skipped without a new report; a table joins them at its first resync of the read."""
+    ``held``: tables whose resync is already known (waiting for their re-snapshot): their row events are
+    skipped unread, whatever their definition; a table joins them at its first resync of the read."""
 
     def __init__(self, schemas: Mapping[TableId, TableSchema], compiled: bool = True,
                  covered_through: Mapping[TableId, tuple[int, int, int]] | None = None,
@@ -95,8 +95,6 @@ class TableChangeReader:
         self._definitions[table_id] = (table_map, difference)
         if difference is None:
             return True, None
-        if table in self.held:
-            return False, None
         self.held.add(table)
         return False, SchemaChange(RESYNC, table, "", f"its row events have another definition than the one read: {difference}"
                                    ).at(EventPosition(file, start, 0))
@@ -112,7 +110,8 @@ class TableChangeReader:
         else:
             return []
         here = EventPosition(file, start, 0)
-        changes = [c.at(here) for c in changes if not self.covered(c.table, file, start)]
+        changes = [c.at(here) for c in changes if not self.covered(c.table, file, start)
+                   and not (c.kind == RESYNC and c.table in self.held)]
         self.held |= {c.table for c in changes if c.kind == RESYNC}  # one report a table: what follows is held
         return changes
 
@@ -163,6 +162,8 @@ class TableChangeReader:
         table = TableId(event.schema, event.table)
         schema = self.schemas.get(table)
         if schema is None or self.covered(table, file, event_start(event)):
+            return
+        if table in self.held:  # waiting for its re-snapshot: nothing of it is written meanwhile
             return
         table_map = event.table_map[event.table_id]
         decodable, change = self.definition_change(event.table_id, table_map, table, file, event_start(event))

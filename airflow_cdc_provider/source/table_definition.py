@@ -35,6 +35,9 @@ _LOGGED_AS: dict[str, set[int]] = {
     "timestamp": {FIELD_TYPE.TIMESTAMP2, FIELD_TYPE.TIMESTAMP}, "time": {FIELD_TYPE.TIME2, FIELD_TYPE.TIME},
     "year": {FIELD_TYPE.YEAR}, "bit": {FIELD_TYPE.BIT},
 }
+# types whose binlog form is the same for text and bytes: the character set tells them apart
+_TEXT_OR_BINARY = {"char", "varchar", "binary", "varbinary", "tinytext", "text", "mediumtext", "longtext",
+                   "tinyblob", "blob", "mediumblob", "longblob"}
 _NUMERIC = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint", "decimal", "float", "double", "real"}
 
 
@@ -51,6 +54,10 @@ def definition_difference(table_columns: Sequence[Any], schema: TableSchema) -> 
         why = _column_difference(column, known_column)
         if why:
             return f"column {known_column.name}: {why}"
+    if any(getattr(c, "is_primary", False) for c in table_columns):  # FULL metadata names the primary key
+        key = [c.name for c in table_columns if c.is_primary]
+        if sorted(key) != sorted(schema.primary_key):
+            return f"primary key ({', '.join(key)}), not ({', '.join(schema.primary_key)})"
     return None
 
 
@@ -60,6 +67,9 @@ def _column_difference(column: Any, known: Column) -> str | None:
         return None
     if column.type not in logged:
         return f"type changed (was {known.column_type})"
+    binary = column.type in _STRINGS | _BLOBS and getattr(column, "character_set_name", None) in (None, "binary")
+    if known.data_type in _TEXT_OR_BINARY and binary != (known.charset is None):
+        return f"text became binary or binary text (was {known.column_type})"
     if known.data_type in _NUMERIC and bool(getattr(column, "unsigned", known.unsigned)) != known.unsigned:
         return f"signedness changed (was {known.column_type})"
     if known.data_type == "decimal" and (getattr(column, "precision", None), getattr(column, "decimals", None)) != (

@@ -68,7 +68,7 @@ def check_binlog_settings(conn: Any, info: ServerInfo) -> list[str]:
         names.append("binlog_row_metadata")
     undecodable = ({"log_bin_compress": "OFF"} if info.is_mariadb else  # the server has what it knows
                    {"binlog_transaction_compression": "OFF", "binlog_row_value_options": "''"})
-    names += list(undecodable)
+    names += list(undecodable) + ["lower_case_table_names"]
     v = {k: str(val).upper() for k, val in variables(conn, *names).items()}
     problems: list[str] = []
     if v.get("log_bin") not in ("ON", "1"):
@@ -86,6 +86,12 @@ def check_binlog_settings(conn: Any, info: ServerInfo) -> list[str]:
         problems.append(
             f"binlog_row_image is {v.get('binlog_row_image')}, must be FULL: run SET GLOBAL binlog_row_image='FULL' "
             "and set it in the server config"
+        )
+    if v.get("lower_case_table_names", "0") != "0":
+        problems.append(
+            f"lower_case_table_names is {v.get('lower_case_table_names')}: statements may name a captured table in "
+            "another case than the binlog's row events do, so a TRUNCATE or DROP of it could go unnoticed; "
+            "capture from a server with lower_case_table_names=0 (the Linux default)"
         )
     if info.supports_row_metadata and v.get("binlog_row_metadata") != "FULL":
         problems.append(

@@ -148,7 +148,6 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         from airflow_cdc_provider.core.chunks import TableId
         from airflow_cdc_provider.core.emit_filter import build_emit_filter
-        from airflow_cdc_provider.pipeline.table_schemas import pending_resyncs
         from airflow_cdc_provider.sinks.types import TableSinkTypes
         from airflow_cdc_provider.source.key_order import DatabaseKeyOrder
         from airflow_cdc_provider.source.schema import TableSchema
@@ -176,7 +175,7 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if table_seed.chunks:
                 self.covered_through[t] = min(r.high_watermark.sort_key for r in table_seed.chunks)
         self.filter = build_emit_filter(ranges, orders)
-        self.held = {TableId.parse(name) for name in pending_resyncs(store)}
+        self.store = store
         self._ready = True
 
     def _server_offset(self) -> dict[str, Any]:
@@ -306,13 +305,21 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         collecting = gc.isenabled()
         gc.disable()
         try:
-            reader = TableChangeReader(self.schemas, covered_through=self.covered_through, held=self.held)
+            reader = TableChangeReader(self.schemas, covered_through=self.covered_through, held=self._held())
             records = list(read_changes_between(self.settings, self._server_id(index), BinlogOffset.from_dict(start),
                                                 BinlogOffset.from_dict(stop), self.schemas, reader))
             return self._emit(records)
         finally:
             if collecting:
                 gc.enable()
+
+    def _held(self) -> set:
+        """Tables with a resync their current snapshot does not cover (read again for every segment: a
+        continuous stream's earlier batch may have recorded one)."""
+        from airflow_cdc_provider.core.schema_changes import RESYNC
+
+        return {c.table for c in self.store.schema_changes() if c.kind == RESYNC and c.position is not None
+                and c.table in self.schemas and not self.covered_through.get(c.table, (0, 0, 0)) > c.position.sort_key}
 
     def _server_id(self, index: int) -> int:
         """The stream's own id plus ``1 + index``, wrapped inside the connection's ``server_id_range``."""
@@ -352,9 +359,12 @@ class SchemaChangeStop(RuntimeError):
         super().__init__(
             f"schema change of {table} at {change.position.file}:{change.position.pos} ({change.detail or change.kind}): "
             f"{change.statement or '(seen in its row events)'}; stream.schema_changes is fail, so the stream stopped "
-            f"before it and wrote nothing of this batch. To go on: re-snapshot the table "
-            f"(airflow dags trigger <dag_id> -c '{{\"resnapshot\": [\"{table}\"]}}') - its new snapshot starts "
-            f"after the change, so the stream passes it - or set stream.schema_changes: resnapshot")
+            f"before it and wrote nothing of this batch. To go on: "
+            + ("the table is gone: remove it from source.tables, or set stream.schema_changes: resnapshot (the drop "
+               "is then applied)" if change.kind == "drop" else
+               f"re-snapshot the table (airflow dags trigger <dag_id> -c '{{\"resnapshot\": [\"{table}\"]}}') - its "
+               f"new snapshot starts after the change, so the stream passes it - or set stream.schema_changes: "
+               f"resnapshot"))
 
 
 class BinlogSource(DataSource):

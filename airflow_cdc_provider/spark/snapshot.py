@@ -192,7 +192,7 @@ class SnapshotJob:
         schema = load_schema(conn, table, self.spec.chunk_key(table))
         self.store.write_table_schema(str(table), schema.to_dict())
         types = TableSinkTypes.of(schema)
-        self.sink.prepare(types)
+        self.sink.prepare(types, evolve=True)
         order = DatabaseKeyOrder(conn, schema)
         reports = []
         for window in windows(chunks, None if schema.single_integer_key else MAX_CHUNKS_PER_WINDOW):

@@ -191,6 +191,15 @@ class StateStore:
     def read_table_schema(self, table: str) -> dict[str, Any] | None:
         return self.read_json(f"tables/{table_dir_name(table)}/schema.json")
 
+    def saved_tables(self) -> set[str]:
+        """The tables a job has read (their saved definitions)."""
+        out = set()
+        for name in self.storage.listdir("tables"):
+            data = self.read_json(f"tables/{name}/schema.json")
+            if data:
+                out.add(data["table"])
+        return out
+
     def record_schema_changes(self, changes: list[SchemaChange]) -> None:
         """Add what a stream batch met; a re-run of the batch adds nothing twice."""
         known = self.schema_changes()

@@ -154,8 +154,8 @@ def test_random_values_of_every_wire_format_decode_as_the_library_does(source_db
 
 def test_packet_reader_holds_a_new_definition_follows_files_and_skips_other_tables(source_db, server_id):
     """Rows written after an ALTER that the pipeline's schema does not know yet are never decoded with it: the
-    read reports the ALTER and the new definition as resyncs and holds those rows; the read follows FLUSH
-    BINARY LOGS; changes of a table that is not captured are skipped."""
+    read reports the ALTER as a resync and holds the table's later rows; the read follows FLUSH BINARY LOGS;
+    changes of a table that is not captured are skipped."""
     schema, start = create(source_db, "CREATE TABLE grows (id INT PRIMARY KEY, a VARCHAR(10))", "grows", "+00:00")
     source_db.execute("CREATE TABLE ignored (id INT PRIMARY KEY, v INT)")
     source_db.execute("INSERT INTO grows VALUES (1, 'one'), (2, 'two')")
@@ -174,9 +174,8 @@ def test_packet_reader_holds_a_new_definition_follows_files_and_skips_other_tabl
     assert fast == reference
     assert [(r.op, r.key, dict(r.image)) for r in fast if isinstance(r, ChangeRecord)] == [
         ("c", (1,), {"id": 1, "a": "one"}), ("c", (2,), {"id": 2, "a": "two"}), ("u", (1,), {"id": 1, "a": "uno"})]
-    resyncs = [r for r in fast if isinstance(r, SchemaChange)]
-    assert [r.kind for r in resyncs] == ["resync", "resync"] and "add column b" in resyncs[0].detail.lower()
-    assert "columns (id, a, b), not (id, a)" in resyncs[1].detail
+    resyncs = [r for r in fast if isinstance(r, SchemaChange)]  # the ALTER; the table is held from there on
+    assert [r.kind for r in resyncs] == ["resync"] and "add column b" in resyncs[0].detail.lower()
     assert fast[2].position.file == end.file != fast[0].position.file
     assert events == {"compiled": 2, "library": 0}
 
