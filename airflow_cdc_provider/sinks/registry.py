@@ -15,6 +15,7 @@ from airflow_cdc_provider.sinks.base import Sink, SinkConfig, SinkError
 _BUILT_IN = {
     "parquet": "airflow_cdc_provider.sinks.parquet:ParquetSink",
     "jdbc": "airflow_cdc_provider.sinks.postgres:PostgresSink",
+    "delta": "airflow_cdc_provider.sinks.delta:DeltaSink",
 }
 _registered: dict[str, type[Sink]] = {}
 

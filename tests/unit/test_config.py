@@ -69,7 +69,7 @@ def test_errors_name_file_and_key(tmp_path, text, expected):
         (GOOD.replace("500", "'5'"), "pipe.yaml: snapshot.chunk_size: must be an integer, got str '5'"),
         (GOOD + "stream: {deferrable: 1}\n", "pipe.yaml: stream.deferrable: must be true/false, got int 1"),
         (GOOD + "sink: {type: jdbc}\n", "pipe.yaml: sink.conn_id: required key is missing"),
-        (GOOD + "sink: {type: s3}\n", "pipe.yaml: sink.type: 's3' is not allowed (allowed: jdbc, parquet)"),
+        (GOOD + "sink: {type: s3}\n", "pipe.yaml: sink.type: 's3' is not allowed (allowed: delta, jdbc, parquet)"),
         (GOOD + "sink: {type: jdbc, conn_id: pg, schem: x}\n",
          "pipe.yaml: sink.schem: unknown key (did you mean 'schema'? allowed: type, conn_id, schema)"),
         (GOOD + "sink: {type: parquet, conn_id: pg}\n", "pipe.yaml: sink.conn_id: unknown key (allowed: type, path)"),

@@ -1,0 +1,631 @@
+"""The delta sink: one Delta Lake table per source table holding its current state, written with delta-rs.
+
+::
+
+    <path>/<db.table>/_delta_log/, *.parquet      the Delta table: the source's columns, the metadata columns,
+                                                  ``_cdc_deleted`` and ``_cdc_chunk``; change data feed on
+    <path>/_staging/<db.table>/<id>/*.parquet     rows Spark's executors wrote, on their way into one commit
+
+One row per key: the newest version of it. Every write is a MERGE on the key that applies a row only when its
+version ``(_cdc_file_seq, _cdc_pos, _cdc_row)`` is newer than the stored one, so replays, retried snapshot
+windows and a re-snapshot running beside the stream converge whatever order their commits land in. A delete
+(and every row a TRUNCATE, a DROP or a finished re-snapshot removes) stays as a tombstone, ``_cdc_deleted =
+true`` with its version: a real delete would let an older write that lands later (a snapshot window read
+before the delete, published after it) bring the row back. Readers filter ``NOT _cdc_deleted``.
+
+Exactly once: each commit carries a Delta application transaction (``txn``). A stream batch's is
+``airflow-cdc:<db.table>:stream:<query id>`` at version ``batch id``; the query id is Spark's, kept in the
+stream's checkpoint, so a fresh checkpoint (whose batch ids start at 0 again) is a new application. A replay
+of a committed batch after a kill finds its version committed and writes nothing. A snapshot window's is
+``airflow-cdc:<db.table>:snapshot:<epoch>:<first>-<last>`` at its high watermark packed into one integer.
+Concurrent writers (parallel snapshot tasks, the stream) conflict in Delta's optimistic concurrency; the
+loser reloads the table and runs its MERGE again, which the version guard makes safe.
+
+Rows reach delta-rs as Parquet files the executors staged (Spark writes them; delta-rs streams them into its
+MERGE on the driver, batch by batch), never as Python objects on the driver.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Literal
+
+from airflow_cdc_provider.sinks.base import (
+    CHUNK_COLUMN,
+    EMPTYING_OPS,
+    META_COLUMNS,
+    META_NAMES,
+    ROW_OPS,
+    VERSION_COLUMNS,
+    Hook,
+    Sink,
+    SinkConfig,
+    SinkError,
+    Version,
+)
+from airflow_cdc_provider.sinks.registry import register_sink
+from airflow_cdc_provider.spark.frames import col, cols, latest_per_key
+from airflow_cdc_provider.state.storage import Storage, StorageError
+from airflow_cdc_provider.state.store import table_dir_name
+
+log = logging.getLogger("airflow_cdc.delta")
+
+DELETED = "_cdc_deleted"  # a tombstone: the key is gone as of the row's version
+CHUNK = "_cdc_chunk"  # "<epoch>:<index>" of the snapshot chunk that last wrote the row; NULL for stream rows
+KEY_PROPERTY = "airflow_cdc.key"  # the table's key (JSON list), checked at every prepare
+EMPTIED_PROPERTY = "airflow_cdc.emptied_at"  # version of the newest truncate or drop ("seq,pos,row")
+COMMIT_RETRIES = 20
+BATCH_ROWS = 1 << 16
+
+_META_ARROW = {"string": "string", "bigint": "int64", "int": "int32"}
+_SIMPLE_TYPES = {"tinyint": "int8", "smallint": "int16", "int": "int32", "bigint": "int64", "float": "float32",
+                 "double": "float64", "string": "string", "binary": "binary", "date": "date32",
+                 "boolean": "bool"}
+
+
+def arrow_type(spark_type: str):
+    """The Arrow type of a sink column's Spark type (``sinks.types``), as delta-rs stores it."""
+    import pyarrow as pa
+
+    if spark_type in _SIMPLE_TYPES:
+        return getattr(pa, _SIMPLE_TYPES[spark_type])()
+    if spark_type == "timestamp":
+        return pa.timestamp("us", tz="UTC")
+    if spark_type == "timestamp_ntz":
+        return pa.timestamp("us")
+    m = re.fullmatch(r"decimal\((\d+),\s*(\d+)\)", spark_type)
+    if m:
+        return pa.decimal128(int(m.group(1)), int(m.group(2)))
+    raise SinkError(f"the delta sink has no Arrow type for Spark type {spark_type!r}")
+
+
+def data_schema(types):
+    """The source's columns as Arrow fields (what a table's definition is compared by)."""
+    import pyarrow as pa
+
+    for c in types.schema.column_names:
+        if '"' in c or "`" in c:
+            raise SinkError(f"column {c!r} of {types.schema.table}: the delta sink cannot name a column holding a "
+                            "quote or backtick in its MERGE; leave the table out of source.tables or use the parquet "
+                            "sink")
+    return pa.schema([pa.field(c.name, arrow_type(t.spark)) for c, t in zip(types.schema.columns, types.types,
+                                                                              strict=True)])
+
+
+def table_schema(types):
+    """The Delta table's columns: the source's, then the sink's own."""
+    import pyarrow as pa
+
+    own = [pa.field(n, getattr(pa, _META_ARROW[t])()) for n, t in META_COLUMNS]
+    return pa.schema([*data_schema(types), *own, pa.field(DELETED, pa.bool_()), pa.field(CHUNK, pa.string())])
+
+
+def spark_ddl(types) -> str:
+    """The Delta table's columns as Spark DDL (for reading its files with Spark)."""
+    meta = ", ".join(f"{n} {t}" for n, t in META_COLUMNS)
+    return f"{types.spark_ddl}, {meta}, {DELETED} boolean, {CHUNK} string"
+
+
+def ident(name: str) -> str:
+    """``name`` as an identifier of delta-rs's SQL (DataFusion: double quotes)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _version_sql(alias: str | None, version: tuple[int, int, int] | str | None = None) -> tuple[str, ...]:
+    if isinstance(version, str):
+        return tuple(f"{version}.{c}" for c in VERSION_COLUMNS)
+    if version is not None:
+        return tuple(str(int(v)) for v in version)
+    return tuple(f"{alias}.{c}" if alias else c for c in VERSION_COLUMNS)
+
+
+def older_than(alias: str | None, version: tuple[int, int, int] | str) -> str:
+    """SQL: the version of row ``alias`` (None: the table's own columns) is before ``version`` (a tuple, or
+    the alias of another row)."""
+    s, p, r = _version_sql(alias)
+    seq, pos, row = _version_sql(None, version)
+    return f"({s} < {seq} OR ({s} = {seq} AND ({p} < {pos} OR ({p} = {pos} AND {r} < {row}))))"
+
+
+def newer_than(alias: str | None, version: tuple[int, int, int]) -> str:
+    """SQL: the version of row ``alias`` is after ``version``."""
+    s, p, r = _version_sql(alias)
+    seq, pos, row = _version_sql(None, version)
+    return f"({s} > {seq} OR ({s} = {seq} AND ({p} > {pos} OR ({p} = {pos} AND {r} > {row}))))"
+
+
+def packed(version: Version) -> int:
+    """A binlog position as one increasing integer (a Delta transaction version): file sequence, offset."""
+    seq, pos, _ = version
+    return (int(seq) << 32) | int(pos)
+
+
+class DeltaLayout:
+    """Where each table and staging directory is: ``uri`` for delta-rs, ``storage`` for the staged files."""
+
+    def __init__(self, path: str | None) -> None:
+        if not path:
+            raise SinkError("sink.path is required for the delta sink")
+        self.storage = Storage(path, key="sink.path")
+
+    def table_uri(self, table: str) -> str:
+        return self.storage.location(table_dir_name(table))
+
+    def staging_dir(self, table: str) -> str:
+        return f"_staging/{table_dir_name(table)}/{uuid.uuid4().hex}"
+
+    def parquet_files(self, rel: str) -> list[str]:
+        return [f"{rel}/{n}" for n in self.storage.listdir(rel) if n.endswith(".parquet")]
+
+    def dataset(self, rel: str):
+        """The Parquet files Spark staged at ``rel``."""
+        return self.files([self.storage.path(f) for f in self.parquet_files(rel)])
+
+    def files(self, paths: list[str], schema=None):
+        """Parquet files as one pyarrow dataset (INT96 timestamps read as microseconds, like Spark; columns
+        ``schema`` has and a file lacks are NULL)."""
+        import pyarrow.dataset as ds
+        from pyarrow.fs import FSSpecHandler, PyFileSystem
+
+        fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit="us"))
+        paths = [self.storage.fs._strip_protocol(p) for p in paths]
+        return ds.dataset(paths, schema=schema, format=fmt, filesystem=PyFileSystem(FSSpecHandler(self.storage.fs)))
+
+
+def conform(batch, schema, table: str):
+    """``batch`` with exactly ``schema``'s columns and types (Spark's Parquet types differ in details)."""
+    import pyarrow as pa
+
+    missing = [f.name for f in schema if f.name not in batch.schema.names]
+    if missing:
+        raise SinkError(f"{table}: the Delta table has columns {missing} the rows to write lack: it was evolved "
+                        "to a newer definition of the source table than this job's; restart the job")
+    return pa.RecordBatch.from_arrays([batch.column(f.name).cast(f.type) for f in schema], schema=schema)
+
+
+def is_conflict(exc: BaseException) -> bool:
+    from deltalake.exceptions import CommitFailedError
+
+    return isinstance(exc, CommitFailedError) or "concurrent" in str(exc).lower()
+
+
+def committing(what: str, attempt: Callable[[], Any]) -> Any:
+    """Run ``attempt`` (which reloads the table) until it commits: a concurrent writer's commit makes it run
+    again on the new version."""
+    for n in range(COMMIT_RETRIES):
+        try:
+            return attempt()
+        except Exception as exc:
+            if not is_conflict(exc) or n == COMMIT_RETRIES - 1:
+                raise
+            log.info("%s: a concurrent commit won (%s); running it again", what, str(exc).splitlines()[0])
+            time.sleep(min(5.0, 0.2 * (n + 1)))
+    raise AssertionError("unreachable")
+
+
+@dataclass(kw_only=True)
+class DeltaSinkSettings:
+    """``sink:`` of a pipeline writing Delta Lake tables."""
+
+    __pydantic_config__ = {"extra": "forbid"}
+    type: Literal["delta"]  # required: a sink section without a type is parquet's
+    path: str | None = None  # default: <data home>/<dag_id>/delta
+
+
+@register_sink
+class DeltaSink(Sink):
+    """Stream batches and snapshot windows are staged by Spark as Parquet, then MERGEd by key with delta-rs,
+    each under its application transaction; truncates, drops and finished re-snapshots turn rows into
+    tombstones."""
+
+    type = "delta"
+    settings = DeltaSinkSettings
+
+    def __init__(self, config: SinkConfig, secrets, spark=None) -> None:
+        super().__init__(config, secrets, spark)
+        self.layout = DeltaLayout(config.path)
+
+    @classmethod
+    def resolve(cls, settings: DeltaSinkSettings, data_dir: Path) -> tuple[SinkConfig, dict[str, str]]:
+        return SinkConfig(type=cls.type, path=settings.path or str(data_dir / "delta")), {}
+
+    def check_writable(self) -> list[str]:
+        try:
+            self.layout.storage.ensure_writable("sink path")
+        except StorageError as exc:
+            return [str(exc)]
+        return []
+
+    def describe(self) -> str:
+        return f"delta sink at {self.config.path}"
+
+    # -- the table --------------------------------------------------------------------------------------
+    def open_table(self, table: str):
+        """The table's Delta table as of now, or None before its first ``prepare``."""
+        from deltalake import DeltaTable
+
+        uri = self.layout.table_uri(table)
+        return DeltaTable(uri) if DeltaTable.is_deltatable(uri) else None
+
+    def prepare(self, types, evolve: bool = False) -> None:
+        """Create the table (change data feed on). ``evolve`` (a snapshot): an existing table takes the
+        source's current columns, added ones added (NULL until the snapshot writes them), and when a column
+        went or changed type the table is rewritten without that column's values. The stream leaves an
+        existing table as it is. Several jobs may prepare at once: whoever loses a commit looks again."""
+        table = str(types.schema.table)
+        committing(f"{table}: prepare", lambda: self._prepare(types, evolve))
+
+    def _prepare(self, types, evolve: bool) -> None:
+        from deltalake import DeltaTable, Schema
+
+        table, keys = str(types.schema.table), list(types.schema.key_columns)
+        wanted = table_schema(types)
+        dt = self.open_table(table)
+        if dt is None:
+            DeltaTable.create(self.layout.table_uri(table), wanted, mode="ignore", name=table,
+                              configuration={"delta.enableChangeDataFeed": "true", KEY_PROPERTY: json.dumps(keys)},
+                              raise_if_key_not_exists=False)
+            dt = self.open_table(table)
+        if not evolve:
+            return
+        config = dt.metadata().configuration
+        if KEY_PROPERTY not in config:
+            dt.alter.set_table_properties({KEY_PROPERTY: json.dumps(keys)}, raise_if_not_exists=False)
+        elif json.loads(config[KEY_PROPERTY]) != keys:
+            raise SinkError(
+                f"the key of {table} changed from ({', '.join(json.loads(config[KEY_PROPERTY]))}) to "
+                f"({', '.join(keys)}); a Delta table's key cannot change in place: delete {dt.table_uri} and "
+                "re-snapshot the table")
+        have = {f.name: f.type for f in dt.schema().fields}
+        want = {f.name: f.type for f in Schema.from_arrow(wanted).fields}
+        if have == want:
+            return
+        if all(have.get(n) == t for n, t in want.items() if n in have) and set(have) <= set(want):
+            from deltalake import Field
+
+            log.info("%s: adding columns %s to %s", table, sorted(set(want) - set(have)), dt.table_uri)
+            dt.alter.add_columns([Field(f.name, f.type, nullable=True) for f in Schema.from_arrow(wanted).fields
+                                  if f.name not in have])
+            return
+        self._rewrite(dt, table, wanted, {n for n, t in want.items() if have.get(n) == t})
+
+    def _rewrite(self, dt, table: str, wanted, kept: set[str]) -> None:
+        """Rewrite the table with ``wanted`` columns, keeping the values of ``kept`` ones (streamed)."""
+        import pyarrow as pa
+        from deltalake import write_deltalake
+
+        log.warning("%s: columns dropped or retyped; rewriting %s with the new definition (the changed columns are "
+                    "NULL until the table's re-snapshot)", table, dt.table_uri)
+
+        # the table's files read by pyarrow, not delta-rs: the writer below runs delta-rs's runtime already
+        current = self.layout.files(dt.file_uris(), self._arrow_schema(dt))
+
+        def batches() -> Iterator[Any]:
+            for b in current.to_batches(batch_size=BATCH_ROWS):
+                yield pa.RecordBatch.from_arrays(
+                    [b.column(f.name).cast(f.type) if f.name in kept else pa.nulls(b.num_rows, f.type)
+                     for f in wanted], schema=wanted)
+
+        write_deltalake(dt, pa.RecordBatchReader.from_batches(wanted, batches()), mode="overwrite",
+                        schema_mode="overwrite")
+
+    def _merge(self, table: str, keys: list[str], source: Callable[[Any], Any], app: tuple[str, int] | None,
+               what: str, snapshot: bool = False, extra: Callable[[Any], Any] | None = None,
+               key_range: tuple[int, int] | None = None) -> dict[str, Any] | None:
+        """MERGE the rows ``source(schema)`` gives (a RecordBatchReader of the table's columns) by key, each
+        applied only if newer than the stored row (inserted only if newer than the last truncate or drop), in
+        one commit carrying the application transaction ``app`` = (id, version). None if ``app`` was committed
+        already. ``snapshot``: the rows also take over ``_cdc_chunk`` (a stream change leaves it, so the sweep
+        of a retried chunk never takes a row the stream wrote). ``extra``: more clauses for the merger.
+        ``key_range``: the smallest and largest key of the rows (a single integer key), which lets delta-rs read
+        only the files that may hold them, and lets commits of disjoint ranges (parallel snapshot windows) pass
+        each other without a conflict; not with ``extra``, whose clauses may be about rows outside it."""
+        from deltalake.transaction import CommitProperties, Transaction
+
+        def attempt():
+            dt = self.open_table(table)
+            if dt is None:
+                raise SinkError(f"{table}: no Delta table at {self.layout.table_uri(table)}; the job's prepare step "
+                                "creates it: run the table's snapshot first")
+            if app is not None:
+                done = dt.transaction_version(app[0])
+                if done is not None and done >= app[1]:
+                    log.info("%s: %s already committed (%s at %d); skipped", table, what, app[0], done)
+                    return None
+            names = [f.name for f in dt.schema().fields]
+            updates = {ident(n): f"s.{ident(n)}" for n in names if n not in keys and n != CHUNK}
+            if snapshot:
+                updates[ident(CHUNK)] = f"s.{ident(CHUNK)}"
+            emptied = dt.metadata().configuration.get(EMPTIED_PROPERTY)
+            insert_if = newer_than("s", tuple(int(x) for x in emptied.split(","))) if emptied else None
+            props = CommitProperties(
+                custom_metadata={"airflow_cdc": what},
+                app_transactions=[Transaction(app[0], app[1])] if app is not None else None)
+            on = [f"t.{ident(k)} = s.{ident(k)}" for k in keys]
+            if key_range is not None and extra is None:
+                on += [f"t.{ident(keys[0])} >= {int(key_range[0])}", f"t.{ident(keys[0])} <= {int(key_range[1])}"]
+            merger = dt.merge(source(self._arrow_schema(dt)), " AND ".join(on), source_alias="s", target_alias="t",
+                              commit_properties=props)
+            merger = merger.when_matched_update(updates=updates, predicate=older_than("t", "s"))
+            merger = merger.when_not_matched_insert_all(predicate=insert_if)
+            if extra is not None:
+                merger = extra(merger)
+            metrics = merger.execute()
+            log.info("%s: %s: %d rows in, %d inserted, %d updated (the others were older than the table's)",
+                     table, what, metrics["num_source_rows"], metrics["num_target_rows_inserted"],
+                     metrics["num_target_rows_updated"])
+            return metrics
+
+        return committing(f"{table}: {what}", attempt)
+
+    @staticmethod
+    def _arrow_schema(dt):
+        import pyarrow as pa
+
+        return pa.schema(dt.schema().to_arrow())
+
+    def _key_range(self, staged: str, types) -> tuple[int, int] | None:
+        """The smallest and largest key of the staged rows, for a single integer key (None otherwise)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        keys = types.schema.key_columns
+        if len(keys) != 1 or not self.layout.parquet_files(staged):
+            return None
+        if not pa.types.is_integer(data_schema(types).field(keys[0]).type):
+            return None
+        lo = hi = None
+        for b in self.layout.dataset(staged).to_batches(columns=[keys[0]], batch_size=1 << 20):
+            mm = pc.min_max(b.column(0)).as_py()
+            if mm["min"] is not None:
+                lo = mm["min"] if lo is None else min(lo, mm["min"])
+                hi = mm["max"] if hi is None else max(hi, mm["max"])
+        return None if lo is None else (lo, hi)
+
+    def _staged_source(self, staged: str, table: str, add: Callable[[Any], Any] | None = None):
+        """A function of the table's Arrow schema giving a reader of the staged rows (``add`` completes each
+        batch with the columns Spark did not write)."""
+        import pyarrow as pa
+
+        def source(schema):
+            dataset = self.layout.dataset(staged) if self.layout.parquet_files(staged) else None
+
+            def batches() -> Iterator[Any]:
+                if dataset is None:
+                    return
+                for b in dataset.to_batches(batch_size=BATCH_ROWS):
+                    yield conform(add(b) if add else b, schema, table)
+
+            return pa.RecordBatchReader.from_batches(schema, batches())
+
+        return source
+
+    def _tombstone(self, table: str, condition: str, op: str, version: Version | None, what: str) -> None:
+        """Make the live rows meeting ``condition`` tombstones with ``op`` (and ``version`` when given)."""
+        from deltalake.transaction import CommitProperties
+
+        updates = {ident(DELETED): "true", ident("_cdc_op"): literal(op)}
+        if version is not None:
+            updates.update({ident(c): str(int(v)) for c, v in zip(VERSION_COLUMNS, version)})
+
+        def attempt():
+            dt = self.open_table(table)
+            if dt is None:
+                return None
+            return dt.update(updates=updates, predicate=f"NOT {ident(DELETED)} AND {condition}",
+                             commit_properties=CommitProperties(custom_metadata={"airflow_cdc": what}))
+
+        metrics = committing(f"{table}: {what}", attempt)
+        if metrics:
+            log.info("%s: %s: %s rows became tombstones", table, what, metrics.get("num_updated_rows"))
+
+    # -- the Airflow side --------------------------------------------------------------------------------
+    def finish_snapshot(self, table: str, epoch: int, min_low_watermark: Version,
+                        emptied_after: tuple = ()) -> None:
+        """Rows last written before the epoch started and not rewritten by it are gone from the source. The
+        truncates and drops the stream applied since the epoch started (``emptied_after``) are applied once
+        more: the insert guard already kept older window rows out, this makes sure of it."""
+        self._tombstone(table, older_than(None, tuple(min_low_watermark)), "d", None,
+                        f"snapshot epoch {epoch} finished")
+        for change in emptied_after:
+            self.apply_schema_change(change, None)
+
+    # -- stream batches ------------------------------------------------------------------------------------
+    def stream_app_id(self, spark, table: str) -> str:
+        """``airflow-cdc:<db.table>:stream:<query id>``: the running streaming query's id, which Spark keeps in
+        its checkpoint (the same across restarts, new with a new checkpoint)."""
+        try:
+            query_id = spark.sparkContext.getLocalProperty("sql.streaming.queryId")
+        except Exception:  # a Spark Connect session has no SparkContext
+            query_id = None
+        if not query_id:
+            active = spark.streams.active
+            if len(active) == 1:
+                query_id = str(active[0].id)
+        if not query_id:
+            raise SinkError(f"{table}: the delta sink writes stream batches from inside one streaming query's "
+                            "foreachBatch, whose id names its application transactions; none (or several) found")
+        return f"airflow-cdc:{table}:stream:{query_id}"
+
+    def write_changes(self, df, types, batch_id: int, mid_write: Hook, rows: Callable[[], int]) -> None:
+        """The batch's newest change per key, staged by Spark, then MERGEd in one commit at ``batch_id``. A
+        batch committed before (a replay after a kill) is only read (the caller counts its rows) and skipped.
+        Schema changes' records are not rows of the table (``apply_schema_change``)."""
+        from pyspark.sql import functions as F
+
+        table = str(types.schema.table)
+        app = (self.stream_app_id(df.sparkSession, table), batch_id)
+        dt = self.open_table(table)
+        done = dt.transaction_version(app[0]) if dt is not None else None
+        if done is not None and done >= batch_id:
+            df.write.format("noop").mode("overwrite").save()
+            mid_write()
+            log.info("%s: batch %d was committed before (%s); skipped", table, batch_id, app[0])
+            return
+        changes = latest_per_key(df.filter(F.col("_cdc_op").isin(*ROW_OPS)), types.schema.key_columns)
+        out = changes.select(*cols(types.schema.column_names), *[F.col(n) for n in META_NAMES],
+                             (F.col("_cdc_op") == "d").alias(DELETED), F.lit(None).cast("string").alias(CHUNK))
+        staging = self.stage(out, table)
+        mid_write()
+        self.commit_changes(types, staging, app)
+
+    def commit_changes(self, types, staging: str, app: tuple[str, int]) -> None:
+        """MERGE the staged changes (the table's columns, one row per key) under ``app`` = (app id, batch id),
+        then remove them; no rows, no commit."""
+        table = str(types.schema.table)
+        try:
+            if self.layout.parquet_files(staging) and self.layout.dataset(staging).count_rows():
+                self._merge(table, list(types.schema.key_columns), self._staged_source(staging, table), app,
+                            f"stream batch {app[1]}", key_range=self._key_range(staging, types))
+        finally:
+            self.layout.storage.rmtree(staging)
+
+    def apply_schema_change(self, change, types) -> None:
+        """A truncate or drop makes every live row older than it a tombstone with its version, and records its
+        version in the table's properties, so no older write landing later inserts a row again; a dropped
+        table's description says when."""
+        if change.op not in EMPTYING_OPS:
+            return
+        table = str(change.table)
+        version = tuple(change.position.sort_key)
+        self._tombstone(table, older_than(None, version), change.op, version, change.describe())
+
+        def mark():
+            dt = self.open_table(table)
+            if dt is None:
+                return
+            current = dt.metadata().configuration.get(EMPTIED_PROPERTY)
+            if current is None or tuple(int(x) for x in current.split(",")) < version:
+                dt.alter.set_table_properties({EMPTIED_PROPERTY: ",".join(str(v) for v in version)},
+                                              raise_if_not_exists=False)
+            if change.op == "x":
+                dt.alter.set_table_description(
+                    f"source table dropped at {change.position.file}:{change.position.pos}")
+
+        committing(f"{table}: {change.kind}", mark)
+
+    # -- snapshot windows ---------------------------------------------------------------------------------
+    def open_window(self, rows, types, epoch: int, indexes: list[int], low_watermark: Version,
+                    retried: set[int]) -> "StagedDeltaWindow":
+        return StagedDeltaWindow(self, self.stage(rows, str(types.schema.table)), types, epoch, indexes,
+                                 low_watermark, retried)
+
+    def stage(self, df, table: str) -> str:
+        """Write ``df`` with Spark to a new staging directory of ``table`` (returned)."""
+        staging = self.layout.staging_dir(table)
+        df.write.mode("overwrite").parquet(self.layout.storage.location(staging))
+        return staging
+
+    # -- reading ---------------------------------------------------------------------------------------
+    def current_state(self, types, include_meta: bool = False):
+        """The live rows. Spark reads the current version's Parquet files itself when the table uses no reader
+        feature it would need Delta to understand (deletion vectors, column mapping: delta-rs writes neither);
+        otherwise delta-rs reads them and they pass through the driver."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import StructType
+
+        table = str(types.schema.table)
+        schema = StructType.fromDDL(spark_ddl(types))
+        names = [*types.schema.column_names, *(META_NAMES if include_meta else ())]
+        dt = self.open_table(table)
+        if dt is None:
+            return self.spark.createDataFrame([], schema).select(*cols(names))
+        features = set(dt.protocol().reader_features or ())
+        if features & {"deletionVectors", "columnMapping"}:
+            live = dt.to_pyarrow_table(filters=[(DELETED, "=", False)])
+            df = self.spark.createDataFrame(live.to_pandas(), schema) if live.num_rows else \
+                self.spark.createDataFrame([], schema)
+            return df.select(*cols(names))
+        files = dt.file_uris()
+        if not files:
+            return self.spark.createDataFrame([], schema).select(*cols(names))
+        df = self.spark.read.schema(schema).parquet(*files)
+        return df.filter(~F.col(DELETED)).select(*cols(names))
+
+
+class StagedDeltaWindow:
+    """A snapshot window: staged by Spark when opened (which forces the read), MERGEd with the window's
+    version when published. Rows of retried chunks that an earlier attempt wrote and this one did not
+    (deleted meanwhile) become tombstones in the same commit."""
+
+    def __init__(self, sink: DeltaSink, staging: str, types, epoch: int, indexes: list[int],
+                 low_watermark: Version, retried: set[int]) -> None:
+        """``staging``: the window's rows as read (data columns and ``CHUNK_COLUMN``), staged."""
+        self.sink, self.types, self.epoch, self.indexes = sink, types, epoch, indexes
+        self.low_watermark, self.retried = low_watermark, retried
+        self.table = str(types.schema.table)
+        self.staging = staging
+        self.counts = self._counts(self.staging)
+
+    def _counts(self, staging: str) -> dict[int, int]:
+        """Rows per chunk, from the staged files' chunk column alone (batch by batch)."""
+        import pyarrow.compute as pc
+
+        counts: dict[int, int] = {}
+        if not self.sink.layout.parquet_files(staging):
+            return counts
+        for batch in self.sink.layout.dataset(staging).to_batches(columns=[CHUNK_COLUMN], batch_size=1 << 20):
+            for vc in pc.value_counts(batch.column(0)).to_pylist():
+                counts[vc["values"]] = counts.get(vc["values"], 0) + vc["counts"]
+        return counts
+
+    def rows(self):
+        from pyspark.sql.types import IntegerType, StructField, StructType
+
+        schema = StructType([*StructType.fromDDL(self.types.spark_ddl).fields,
+                             StructField(CHUNK_COLUMN, IntegerType(), False)])
+        if not self.sink.layout.parquet_files(self.staging):
+            return self.sink.spark.createDataFrame([], schema)
+        return self.sink.spark.read.schema(schema).parquet(self.sink.layout.storage.location(self.staging))
+
+    def publish(self, folded, version: Version, mid_write: Hook) -> list[int]:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        staged = self.sink.stage(folded.select(*cols(self.types.schema.column_names), col(CHUNK_COLUMN)),
+                                 self.table) if folded is not None else self.staging
+        mid_write()
+        seq, pos, row = version
+
+        def add(b):
+            n = b.num_rows
+            chunk = pc.binary_join_element_wise(pa.scalar(f"{self.epoch}"),
+                                                b.column(CHUNK_COLUMN).cast(pa.string()), ":")
+            extra = {"_cdc_op": pa.repeat(pa.scalar("r"), n), "_cdc_ts_ms": pa.repeat(pa.scalar(0, pa.int64()), n),
+                     "_cdc_file_seq": pa.repeat(pa.scalar(seq, pa.int64()), n),
+                     "_cdc_pos": pa.repeat(pa.scalar(pos, pa.int64()), n),
+                     "_cdc_row": pa.repeat(pa.scalar(row, pa.int32()), n), DELETED: pa.repeat(pa.scalar(False), n),
+                     CHUNK: chunk}
+            return pa.RecordBatch.from_arrays([*b.columns, *extra.values()], names=[*b.schema.names, *extra])
+
+        extra = None
+        if self.retried:
+            tags = ", ".join(literal(f"{self.epoch}:{i}") for i in sorted(self.retried))
+            sweep = (f"NOT t.{ident(DELETED)} AND t._cdc_op = 'r' AND t.{ident(CHUNK)} IN ({tags}) AND "
+                     f"{older_than('t', tuple(self.low_watermark))}")
+
+            def extra(merger):
+                return merger.when_not_matched_by_source_update(
+                    updates={ident(DELETED): "true", ident("_cdc_op"): "'d'"}, predicate=sweep)
+
+        first, last = min(self.indexes), max(self.indexes)
+        app = (f"airflow-cdc:{self.table}:snapshot:{self.epoch}:{first}-{last}", packed(version))
+        try:
+            self.sink._merge(self.table, list(self.types.schema.key_columns),
+                             self.sink._staged_source(staged, self.table, add), app,
+                             f"snapshot epoch {self.epoch} chunks {first}-{last}", snapshot=True, extra=extra,
+                             key_range=self.sink._key_range(staged, self.types))
+        finally:
+            for d in {staged, self.staging}:
+                self.sink.layout.storage.rmtree(d)
+        return []

@@ -1,0 +1,256 @@
+"""The delta sink through the real jobs: snapshot under concurrent writes, stream catch-up, a stream killed
+mid-batch, a re-snapshot, a TRUNCATE and an ALTER followed by its re-snapshot.
+
+Each time the Delta table is read without our code (delta-rs's ``to_pyarrow_table``, pandas, and Polars where
+installed) and compared with MariaDB row by row; ``_delta_log`` must hold no application transaction version
+twice for one app id (a replayed batch is skipped, never committed again).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from airflow_cdc_provider.pipeline.table_schemas import pending_resyncs
+from airflow_cdc_provider.sinks.base import SinkConfig
+from airflow_cdc_provider.state.store import table_dir_name
+
+from .cdc_helpers import BackgroundWriter, Pipeline, normalize, sink_rows, source_rows, table_types
+
+deltalake = pytest.importorskip("deltalake")
+
+
+def delta_sink(tmp: Path) -> SinkConfig:
+    return SinkConfig(type="delta", path=str(tmp / "delta"))
+
+
+def table_uri(p: Pipeline, source_db, table: str) -> str:
+    return str(Path(p.sink.path) / table_dir_name(source_db.table(table)))
+
+
+def delta_rows(p: Pipeline, source_db, table: str, names=None) -> dict[tuple, tuple]:
+    """The table's live rows with delta-rs alone, as {key: row} over the source's columns (or ``names``)."""
+    types = table_types(source_db, table)
+    names, keys = list(names or types.schema.column_names), list(types.schema.key_columns)
+    live = deltalake.DeltaTable(table_uri(p, source_db, table)).to_pyarrow_table(
+        columns=names, filters=[("_cdc_deleted", "=", False)])
+    out = {}
+    for r in live.to_pylist():
+        out[tuple(normalize(r[k]) for k in keys)] = tuple(normalize(r[n]) for n in names)
+    return out
+
+
+def other_readers_agree(p: Pipeline, source_db, table: str, want: dict[tuple, tuple]) -> None:
+    """pandas (and Polars, if installed) see the same keys and row count."""
+    uri = table_uri(p, source_db, table)
+    key = table_types(source_db, table).schema.key_columns[0]
+    pdf = deltalake.DeltaTable(uri).to_pandas(filters=[("_cdc_deleted", "=", False)])
+    assert sorted(pdf[key].tolist()) == sorted(k[0] for k in want)
+    try:
+        import polars as pl
+    except ImportError:
+        return
+    live = pl.read_delta(uri).filter(~pl.col("_cdc_deleted"))
+    assert sorted(live[key].to_list()) == sorted(k[0] for k in want)
+
+
+def app_transactions(p: Pipeline, source_db, table: str) -> dict[str, list[int]]:
+    """Every ``txn`` action of the table's log, in commit order, per app id."""
+    return app_transactions_at(table_uri(p, source_db, table))
+
+
+def assert_delta_equals_source(p: Pipeline, source_db, table: str) -> dict[tuple, tuple]:
+    want = source_rows(source_db, table)
+    got = delta_rows(p, source_db, table)
+    missing, extra = want.keys() - got.keys(), got.keys() - want.keys()
+    differ = [k for k in want.keys() & got.keys() if want[k] != got[k]]
+    assert not (missing or extra or differ), (f"{table}: missing {sorted(missing)[:5]}, extra {sorted(extra)[:5]}, "
+                                             f"differ {[(want[k], got[k]) for k in differ[:5]]}")
+    for app, versions in app_transactions(p, source_db, table).items():
+        assert len(versions) == len(set(versions)), f"{app} committed a version twice: {versions}"
+    return want
+
+
+def test_late_replayed_and_emptied_writes_converge_without_spark(tmp_path):
+    """The version guard alone, through delta-rs (rows staged with pyarrow as Spark would stage them): a
+    replayed batch commits nothing, a snapshot window published after newer stream changes keeps them, a retried
+    chunk's rows that its new attempt lacks become tombstones, and nothing older than a TRUNCATE comes back."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from airflow_cdc_provider.core.chunks import TableId
+    from airflow_cdc_provider.core.offsets import EventPosition
+    from airflow_cdc_provider.core.schema_changes import SchemaChange
+    from airflow_cdc_provider.sinks.base import CHUNK_COLUMN
+    from airflow_cdc_provider.sinks.delta import DeltaSink, StagedDeltaWindow
+    from airflow_cdc_provider.sinks.types import TableSinkTypes
+    from airflow_cdc_provider.source.schema import Column, TableSchema
+
+    def column(name, kind):
+        return Column(name, kind, kind, True, None, None, None, None, None, None)
+
+    types = TableSinkTypes.of(TableSchema(TableId.parse("db.t"), (column("id", "int"), column("name", "varchar")),
+                                          ("id",), ("id",)))
+    sink = DeltaSink(delta_sink(tmp_path), {})
+    sink.prepare(types)
+
+    def stage(rows):
+        rel = sink.layout.staging_dir("db.t")
+        sink.layout.storage.fs.makedirs(sink.layout.storage.path(rel), exist_ok=True)
+        pq.write_table(pa.Table.from_pylist(rows), sink.layout.storage.path(rel) + "/part-0.parquet")
+        return rel
+
+    def window(rows, epoch, indexes, low, high, retried=()):
+        staged = stage([{"id": i, "name": n, CHUNK_COLUMN: i // 10} for i, n in rows])
+        w = StagedDeltaWindow(sink, staged, types, epoch, indexes, (1, low, -1), set(retried))
+        w.publish(None, (1, high, -1), lambda: None)
+
+    def batch(batch_id, changes):
+        rows = [{"id": i, "name": n, "_cdc_op": op, "_cdc_ts_ms": 1, "_cdc_file_seq": 1, "_cdc_pos": pos,
+                 "_cdc_row": 0, "_cdc_deleted": op == "d", "_cdc_chunk": None} for i, n, op, pos in changes]
+        sink.commit_changes(types, stage(rows), ("airflow-cdc:db.t:stream:q", batch_id))
+
+    def live():
+        dt = deltalake.DeltaTable(sink.layout.table_uri("db.t"))
+        return {r["id"]: r["name"] for r in dt.to_pyarrow_table(filters=[("_cdc_deleted", "=", False)]).to_pylist()}
+
+    window([(i, f"n{i}") for i in range(20)], 1, [0, 1], 100, 200)
+    changes = [(1, "upd", "u", 300), (2, None, "d", 301), (100, "new", "c", 302), (3, "old", "u", 150)]
+    batch(0, changes)
+    version = deltalake.DeltaTable(sink.layout.table_uri("db.t")).version()
+    batch(0, changes)  # the replay after a kill
+    assert deltalake.DeltaTable(sink.layout.table_uri("db.t")).version() == version
+    # chunk 0 retried: read between 250 and 260 (before the stream's changes at 300+), key 5 deleted meanwhile
+    window([(i, f"r{i}") for i in range(10) if i != 5], 1, [0], 250, 260, retried=[0])
+    state = live()
+    assert state[1] == "upd" and 2 not in state and 5 not in state and state[100] == "new" and state[3] == "r3"
+    assert state[15] == "n15" and len(state) == 19
+
+    truncate = SchemaChange("truncate", TableId.parse("db.t"), "TRUNCATE t", position=EventPosition("b.000001", 500, 0))
+    sink.apply_schema_change(truncate, types)
+    sink.apply_schema_change(truncate, types)
+    window([(555, "late")], 2, [0], 455, 460)  # a window read before the truncate, published after it
+    batch(1, [(7, "after", "c", 600)])
+    sink.finish_snapshot("db.t", 2, (1, 550, -1))
+    assert live() == {7: "after"}
+    stream_versions = app_transactions_at(sink.layout.table_uri("db.t"))["airflow-cdc:db.t:stream:q"]
+    assert stream_versions == [0, 1]
+    assert not list(Path(sink.layout.storage.path("_staging/db.t")).iterdir())
+
+
+def app_transactions_at(uri: str) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for commit in sorted((Path(uri.removeprefix("file://")) / "_delta_log").glob("*.json")):
+        for line in commit.read_text().splitlines():
+            action = json.loads(line)
+            if "txn" in action:
+                out.setdefault(action["txn"]["appId"], []).append(action["txn"]["version"])
+    return out
+
+
+def make_orders(db, n: int) -> None:
+    db.execute("CREATE TABLE orders (id INT PRIMARY KEY, v INT NOT NULL, note VARCHAR(20))")
+    db.execute(f"INSERT INTO orders SELECT seq, seq, 'init' FROM seq_1_to_{n}")  # MariaDB's sequence engine
+
+
+def make_kinds(db) -> None:
+    """A column of most kinds the sink types map (decimal, wall clock and instant times, binary, unsigned)."""
+    db.execute("CREATE TABLE kinds (id BIGINT UNSIGNED PRIMARY KEY, d DECIMAL(12,3), dt DATETIME(6), ts TIMESTAMP(3) "
+               "NULL, dd DATE, b VARBINARY(10), tiny TINYINT, f DOUBLE, tm TIME(2), e ENUM('a','b'), y YEAR)")
+    db.execute("INSERT INTO kinds VALUES (1, 12345.678, '9999-12-31 23:59:59.999999', '1970-01-01 00:00:01.5', "
+               "'0001-01-01', x'00', 127, 2.5, '12:34:56.78', 'a', 2155), (18446744073709551615, NULL, NULL, NULL, "
+               "NULL, NULL, NULL, NULL, NULL, NULL, NULL)")
+
+
+def test_snapshot_stream_kill_and_resnapshot_converge(source_db, tmp_path, spark):
+    make_orders(source_db, 3_000)
+    p = Pipeline(source_db, tmp_path, delta_sink(tmp_path), ["orders"], chunk_size=1_000)
+    chunks = p.plan()
+    assert len(chunks) >= 3
+    with BackgroundWriter(source_db.server, source_db.name, key_space=3_100, rate=100) as writer:
+        p.snapshot(chunks)
+        p.collect()
+        ops_during_snapshot = writer.ops
+    assert ops_during_snapshot > 20
+    table = source_db.table("orders")
+    assert sum(r.window_events_applied for r in p.state.finished_snapshot(table).chunks) > 0, \
+        "no chunk window saw a change: the test lost its point"
+
+    # the stream catches up in several batches; it is killed after batch 1 is in the Delta table and before Spark
+    # committed the batch, so the restart runs batch 1 again, which must find it committed and skip it
+    for i in range(1, 400):
+        source_db.execute("UPDATE orders SET v = v + 1 WHERE id = %s", (i,))
+    source_db.execute("DELETE FROM orders WHERE id BETWEEN 2900 AND 2950")
+    once = tmp_path / "fault-once"
+    res = p.stream(fault={"point": "mid_batch", "action": "kill", "match": "batch 1", "once": str(once)},
+                   check=False, max_bytes=20_000)
+    assert res.returncode != 0 and once.exists(), "the injected kill did not happen"
+    p.stream()  # batch 1 again (its offsets are in the checkpoint), then the rest in one batch
+    want = assert_delta_equals_source(p, source_db, "orders")
+    other_readers_agree(p, source_db, "orders", want)
+    streams = {a: v for a, v in app_transactions(p, source_db, "orders").items() if ":stream:" in a}
+    assert len(streams) == 1, f"the restart wrote under another application id: {list(streams)}"
+    versions, = streams.values()
+    assert 1 in versions and versions == sorted(versions), versions
+    assert sink_rows(spark, p.sink, p.secrets, table_types(source_db, "orders")) == want  # current_state (Spark)
+
+    # a re-snapshot (new epoch) of a table whose rows changed and went without the stream seeing it yet: the
+    # finished epoch removes what it did not read (the stream passing a re-snapshot: the ALTER test below)
+    source_db.execute("DELETE FROM orders WHERE id BETWEEN 100 AND 140")
+    source_db.execute("UPDATE orders SET note = 'resnap' WHERE id BETWEEN 200 AND 260")
+    q = Pipeline(source_db, tmp_path, delta_sink(tmp_path), ["orders"], chunk_size=1_000)
+    q.snapshot(q.plan())
+    q.collect()
+    assert_delta_equals_source(p, source_db, "orders")
+
+    dt = deltalake.DeltaTable(table_uri(p, source_db, "orders"))
+    assert dt.metadata().configuration.get("delta.enableChangeDataFeed") == "true"
+    changes = dt.load_cdf(starting_version=0).read_all()
+    assert changes.num_rows > 0 and "_change_type" in changes.column_names
+
+
+def test_truncate_then_alter_add_column_and_its_resnapshot(source_db, tmp_path, spark):
+    db = source_db
+    db.execute("CREATE TABLE t (id INT PRIMARY KEY, name VARCHAR(20) NOT NULL, qty INT)")
+    db.executemany("INSERT INTO t VALUES (%s, %s, %s)", [(i, f"n{i}", i) for i in range(1, 101)])
+    make_kinds(db)
+    p = Pipeline(db, tmp_path, delta_sink(tmp_path), ["t", "kinds"], chunk_size=40)
+    p.snapshot(p.plan())
+    p.collect()
+    assert_delta_equals_source(p, db, "t")
+    assert_delta_equals_source(p, db, "kinds")
+
+    db.execute("UPDATE t SET qty = -1 WHERE id <= 10")  # changes before the truncate
+    db.execute("TRUNCATE TABLE t")
+    db.executemany("INSERT INTO t VALUES (%s, %s, %s)", [(i, f"after{i}", i) for i in (3, 500, 501)])
+    db.execute("UPDATE t SET name = 'changed' WHERE id = 500")
+    db.execute("UPDATE kinds SET d = -0.5, ts = '2038-01-19 03:14:07.999', b = x'00ff' WHERE id = 18446744073709551615")
+    db.execute("INSERT INTO kinds VALUES (7, 1.000, '1000-01-01 00:00:00', NULL, '2024-02-29', x'', -1, -1e300, "
+               "'-838:59:59', 'b', 1901)")
+    p.stream(max_bytes=2_000)
+    assert [c.kind for c in p.state.schema_changes()] == ["truncate"]
+    held = assert_delta_equals_source(p, db, "t")
+    assert len(held) == 3
+    assert len(assert_delta_equals_source(p, db, "kinds")) == 3
+
+    db.executemany("INSERT INTO t VALUES (%s, %s, %s)", [(i, f"m{i}", i) for i in range(600, 640)])
+    db.execute("ALTER TABLE t ADD COLUMN c VARCHAR(5) NOT NULL DEFAULT 'x'")
+    db.execute("UPDATE t SET c = 'big' WHERE id = 3")
+    db.execute("DELETE FROM t WHERE id = 501")
+    p.stream()  # the table is held: the sink keeps it as it was, columns included, until the re-snapshot
+    assert db.table("t") in pending_resyncs(p.state)
+    assert delta_rows(p, db, "t", ("id", "name", "qty")) == held
+    assert "c" not in [f.name for f in deltalake.DeltaTable(table_uri(p, db, "t")).schema().fields]
+    q = Pipeline(db, tmp_path, delta_sink(tmp_path), ["t"], chunk_size=40)
+    q.snapshot(q.plan())
+    q.collect()
+    assert db.table("t") not in pending_resyncs(p.state)
+    fields = [f.name for f in deltalake.DeltaTable(table_uri(p, db, "t")).schema().fields]
+    assert "c" in fields
+    db.execute("UPDATE t SET c = 'late', qty = 7 WHERE id = 600")
+    p.stream()
+    want = assert_delta_equals_source(p, db, "t")
+    assert want[(3,)] == (3, "after3", 3, "big") and want[(600,)] == (600, "m600", 7, "late")
+    assert sink_rows(spark, p.sink, p.secrets, table_types(db, "t")) == want
