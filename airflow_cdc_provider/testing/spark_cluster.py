@@ -101,7 +101,7 @@ class PrivateSparkCluster(PrivateServer):
         try:
             with urllib.request.urlopen(f"{self.ui_url}/json/", timeout=5) as r:
                 return json.load(r)
-        except OSError:
+        except (OSError, ValueError):  # ValueError: an empty or partial answer while the master starts
             return None
 
     def driver_processes(self, driver_id: str) -> list[int]:
