@@ -142,3 +142,26 @@ class Sink(abc.ABC):
     @abc.abstractmethod
     def current_state(self, types, include_meta: bool = False):
         """The table as the sink holds it now: the newest version per key, deletes gone (a DataFrame)."""
+
+
+class FileSink(Sink):
+    """A sink of files under ``sink.path`` (``self.layout.storage``); ``default_dir``: its directory in the
+    pipeline's data dir when the YAML gives no path."""
+
+    default_dir: ClassVar[str]
+
+    @classmethod
+    def resolve(cls, settings: Any, data_dir: Path) -> tuple[SinkConfig, dict[str, str]]:
+        return SinkConfig(type=cls.type, path=settings.path or str(data_dir / cls.default_dir)), {}
+
+    def check_writable(self) -> list[str]:
+        from airflow_cdc_provider.state.storage import StorageError
+
+        try:
+            self.layout.storage.ensure_writable("sink path")
+        except StorageError as exc:
+            return [str(exc)]
+        return []
+
+    def describe(self) -> str:
+        return f"{self.type} sink at {self.config.path}"

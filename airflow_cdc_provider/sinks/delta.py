@@ -33,7 +33,6 @@ import re
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Iterator, Literal
 
 from airflow_cdc_provider.sinks.base import (
@@ -43,15 +42,15 @@ from airflow_cdc_provider.sinks.base import (
     META_NAMES,
     ROW_OPS,
     VERSION_COLUMNS,
+    FileSink,
     Hook,
-    Sink,
     SinkConfig,
     SinkError,
     Version,
 )
 from airflow_cdc_provider.sinks.registry import register_sink
 from airflow_cdc_provider.spark.frames import col, cols, latest_per_key
-from airflow_cdc_provider.state.storage import Storage, StorageError
+from airflow_cdc_provider.state.storage import Storage
 from airflow_cdc_provider.state.store import table_dir_name
 
 log = logging.getLogger("airflow_cdc.delta")
@@ -223,31 +222,18 @@ class DeltaSinkSettings:
 
 
 @register_sink
-class DeltaSink(Sink):
+class DeltaSink(FileSink):
     """Stream batches and snapshot windows are staged by Spark as Parquet, then MERGEd by key with delta-rs,
     each under its application transaction; truncates, drops and finished re-snapshots turn rows into
     tombstones."""
 
     type = "delta"
+    default_dir = "delta"
     settings = DeltaSinkSettings
 
     def __init__(self, config: SinkConfig, secrets, spark=None) -> None:
         super().__init__(config, secrets, spark)
         self.layout = DeltaLayout(config.path)
-
-    @classmethod
-    def resolve(cls, settings: DeltaSinkSettings, data_dir: Path) -> tuple[SinkConfig, dict[str, str]]:
-        return SinkConfig(type=cls.type, path=settings.path or str(data_dir / "delta")), {}
-
-    def check_writable(self) -> list[str]:
-        try:
-            self.layout.storage.ensure_writable("sink path")
-        except StorageError as exc:
-            return [str(exc)]
-        return []
-
-    def describe(self) -> str:
-        return f"delta sink at {self.config.path}"
 
     # -- the table --------------------------------------------------------------------------------------
     def open_table(self, table: str):

@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Literal
 
 from airflow_cdc_provider.sinks.base import (
@@ -41,15 +40,15 @@ from airflow_cdc_provider.sinks.base import (
     EMPTYING_OPS,
     ROW_OPS,
     VERSION_COLUMNS,
+    FileSink,
     Hook,
-    Sink,
     SinkConfig,
     SinkError,
     Version,
 )
 from airflow_cdc_provider.sinks.registry import register_sink
 from airflow_cdc_provider.spark.frames import col, cols, latest_per_key, meta_ddl, newer_than
-from airflow_cdc_provider.state.storage import Storage, StorageError
+from airflow_cdc_provider.state.storage import Storage
 from airflow_cdc_provider.state.store import table_dir_name
 
 
@@ -167,7 +166,7 @@ class ParquetSinkSettings:
 
 
 @register_sink
-class ParquetSink(Sink):
+class ParquetSink(FileSink):
     """Snapshot windows are staged: the rows are written once, between the watermarks (the write is what
     forces the read), and published by a rename under their version; a window is rewritten only when its
     binlog window changed some of its keys. All chunks of a window share one version (the window's HW), so it
@@ -175,25 +174,12 @@ class ParquetSink(Sink):
     pyarrow readers turn back into columns; ``_cdc_chunk`` in the files names each row's chunk."""
 
     type = "parquet"
+    default_dir = "sink"
     settings = ParquetSinkSettings
 
     def __init__(self, config: SinkConfig, secrets, spark=None) -> None:
         super().__init__(config, secrets, spark)
         self.layout = ParquetLayout(config.path)
-
-    @classmethod
-    def resolve(cls, settings: ParquetSinkSettings, data_dir: Path) -> tuple[SinkConfig, dict[str, str]]:
-        return SinkConfig(type=cls.type, path=settings.path or str(data_dir / "sink")), {}
-
-    def check_writable(self) -> list[str]:
-        try:
-            self.layout.storage.ensure_writable("sink path")
-        except StorageError as exc:
-            return [str(exc)]
-        return []
-
-    def describe(self) -> str:
-        return f"parquet sink at {self.config.path}"
 
     def finish_snapshot(self, table: str, epoch: int, min_low_watermark: Version,
                         emptied_after: tuple = ()) -> None:
