@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 .PHONY: help system-deps deps test test-fast demo bench soak clean
 
 help:
-	@echo "make demo   - run the example pipeline end to end on the embedded defaults"
+	@echo "make demo   - run the example pipeline end to end on the embedded defaults (SINK=delta: into Delta Lake)"
 	@echo "make test   - install what is missing, then run the whole test suite"
 	@echo "make test-fast - the unit tier only: no services, under a minute"
 	@echo "make soak   - the load and fault scenarios at soak sizes (1M-row sysbench load, ...); prints a table"
@@ -45,8 +45,10 @@ test: deps
 test-fast: deps
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
+SINK ?= parquet
+
 demo: deps
-	$(PY) -m airflow_cdc_provider.demo
+	$(PY) -m airflow_cdc_provider.demo --sink $(SINK)
 
 SOAK_TESTS := tests/e2e/test_load.py tests/e2e/test_faults.py tests/e2e/test_spark_jobs.py
 

@@ -7,6 +7,8 @@ any difference, 0 when equal.
 holds it) to Parquet.
 ``airflow-cdc status CONFIG.yaml`` prints the stream's status (offset, lag, rows, heartbeat age) as JSON.
 ``airflow-cdc stop CONFIG.yaml [--wait S]`` asks a running stream to stop after its current batch.
+``airflow-cdc maintain CONFIG.yaml [--json]`` compacts and vacuums a delta pipeline's tables (``sink.maintenance``,
+or its defaults), as the maintenance DAG does.
 ``airflow-cdc schema`` prints the JSON Schema of the pipeline YAML (the one in docs/pipeline.schema.json).
 
 Errors are one line per problem on stderr, prefixed ``airflow-cdc: error:``, exit code 2; they name the
@@ -218,6 +220,28 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return 0 if args.wait == 0 else _fail([f"the stream did not stop within {args.wait}s"])
 
 
+def cmd_maintain(args: argparse.Namespace) -> int:
+    from airflow_cdc_provider.sinks.base import SinkError
+    from airflow_cdc_provider.sinks.delta_maintenance import maintain_pipeline
+
+    try:
+        report = maintain_pipeline(load_config(args.config))
+    except (ConfigError, SinkError) as exc:
+        return _fail(str(exc).splitlines())
+    if args.json:
+        json.dump(report.to_dict(), sys.stdout, indent=2)
+        print()
+        return 0
+    print(f"Maintain {report.dag_id}: compaction and VACUUM")
+    for t in report.tables:
+        print(f"  {t.describe()}")
+    for table in report.skipped:
+        print(f"  {table}: no Delta table yet")
+    if not report.tables and not report.skipped:
+        print("  no table captured yet: the pipeline has not run")
+    return 0
+
+
 def cmd_schema(args: argparse.Namespace) -> int:
     from airflow_cdc_provider.pipeline.config import pipeline_json_schema
 
@@ -256,6 +280,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("config", help="pipeline YAML file")
     sp.add_argument("--wait", type=float, default=0, help="wait up to this many seconds for the stop (default: don't)")
     sp.set_defaults(func=cmd_stop)
+    mt = sub.add_parser("maintain", help="compact and vacuum the Delta tables of a delta pipeline")
+    mt.add_argument("config", help="pipeline YAML file")
+    mt.add_argument("--json", action="store_true", help="print the report as JSON")
+    mt.set_defaults(func=cmd_maintain)
     sc = sub.add_parser("schema", help="print the JSON Schema of the pipeline YAML (for editors)")
     sc.set_defaults(func=cmd_schema)
     return ap

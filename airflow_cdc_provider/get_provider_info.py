@@ -27,6 +27,7 @@ def get_provider_info() -> dict:
                     "airflow_cdc_provider.operators.snapshot",
                     "airflow_cdc_provider.operators.collect",
                     "airflow_cdc_provider.operators.stream",
+                    "airflow_cdc_provider.operators.maintenance",
                 ],
             }
         ],

@@ -23,7 +23,8 @@ Schema (sections other than ``source`` are optional)::
                even_distribution_lower_bound: 0.05, even_distribution_upper_bound: 1000.0}
     stream:   {mode: available_now | continuous,
                startup: initial | latest | earliest | {file, pos} | {gtid} | {timestamp}, ...}
-    sink:     {type: parquet | jdbc, path: ..., conn_id: ..., schema: ...}
+    sink:     {type: parquet | jdbc | delta, path: ..., conn_id: ..., schema: ...,
+               maintenance: {schedule: "@daily", vacuum_retention_hours: 168, ...}}   # delta
     spark:    {conn_id: spark_default, connect_conn_id: ..., conf: {...}, jars: [...], class_archive: true, ...}
     state:    {path: ...}
 """
@@ -515,6 +516,19 @@ _DESCRIPTIONS: dict[str, dict[str, str]] = {
         "class_archive": "Drivers started on this machine map a JVM class archive of their job.",
     },
     "StateConfig": {"path": "A local path or URI; default: <data home>/<dag_id>/state."},
+    "DeltaSinkSettings": {
+        "maintenance": "Delta only: compaction and VACUUM in a DAG <dag_id>_maintenance of its own schedule.",
+    },
+    "DeltaMaintenanceSettings": {
+        "schedule": "The maintenance DAG's Airflow schedule; null: runs only when triggered.",
+        "compact": "OPTIMIZE: rewrite small files into large ones.",
+        "z_order": "Cluster each table's files by its key (z-order) instead of a plain compaction.",
+        "target_file_size": "Bytes per compacted file; default: the table's delta.targetFileSize, else 100 MB.",
+        "vacuum_retention_hours": "VACUUM files unreferenced for this long; null: no VACUUM. At least 168 unless "
+                                  "allow_short_retention.",
+        "allow_short_retention": "Accept a retention below 168 hours (only if no job or reader holds a table "
+                                 "version that long).",
+    },
 }
 
 

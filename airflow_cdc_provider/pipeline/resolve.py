@@ -66,8 +66,7 @@ class Pipeline:
     def captured_before(self) -> set[str]:
         """The tables this pipeline has snapshotted or streamed: one of them missing on the source was dropped or
         renamed away, not misspelt."""
-        seed = self.state.read_seed()
-        return set(self.state.finished_tables()) | set(seed.tables if seed else ()) | self.state.saved_tables()
+        return captured_tables_in(self.state)
 
     def server_id(self, slot: int) -> int:
         """A replica server id from the connection's range (extra ``server_id_range``), one per concurrent
@@ -87,6 +86,12 @@ class Pipeline:
             stream=self.stream,
             **kw,
         )
+
+
+def captured_tables_in(state: StateStore) -> set[str]:
+    """The tables a pipeline's state store says it has snapshotted or streamed (no source connection needed)."""
+    seed = state.read_seed()
+    return set(state.finished_tables()) | set(seed.tables if seed else ()) | state.saved_tables()
 
 
 def resolve_state(cfg: PipelineConfig) -> StateStore:

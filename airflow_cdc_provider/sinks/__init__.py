@@ -7,4 +7,5 @@ parquet   the embedded default: per table snapshot epochs and a changelog of str
 parquet_arrow  a parquet table's current state with pyarrow alone
 postgres  the jdbc sink: a PostgreSQL mirror table per source table, versioned upserts
 delta     a Delta Lake table per source table (delta-rs), version-guarded MERGE, one transaction per batch
+delta_maintenance  compaction and VACUUM of the delta sink's tables; ``sink.maintenance``
 """

@@ -22,7 +22,10 @@ Concurrent writers (parallel snapshot tasks, the stream) conflict in Delta's opt
 loser reloads the table and runs its MERGE again, which the version guard makes safe.
 
 Rows reach delta-rs as Parquet files the executors staged (Spark writes them; delta-rs streams them into its
-MERGE on the driver, batch by batch), never as Python objects on the driver.
+MERGE on the driver, batch by batch), never as Python objects on the driver. A snapshot window whose keys the
+table cannot hold (a first snapshot's, not a retried one) skips the MERGE: the executors write its data files
+straight into the table and the driver commits their add actions (``delta_append``, which says when that is
+correct).
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ import logging
 import re
 import time
 import uuid
-from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Literal
+from functools import partial
+from typing import Any, Callable, Iterator
 
 from airflow_cdc_provider.sinks.base import (
     CHUNK_COLUMN,
@@ -48,6 +51,7 @@ from airflow_cdc_provider.sinks.base import (
     SinkError,
     Version,
 )
+from airflow_cdc_provider.sinks.delta_settings import DeltaSinkSettings
 from airflow_cdc_provider.sinks.registry import register_sink
 from airflow_cdc_provider.spark.frames import col, cols, latest_per_key
 from airflow_cdc_provider.state.storage import Storage
@@ -59,6 +63,7 @@ DELETED = "_cdc_deleted"  # a tombstone: the key is gone as of the row's version
 CHUNK = "_cdc_chunk"  # "<epoch>:<index>" of the snapshot chunk that last wrote the row; NULL for stream rows
 KEY_PROPERTY = "airflow_cdc.key"  # the table's key (JSON list), checked at every prepare
 EMPTIED_PROPERTY = "airflow_cdc.emptied_at"  # version of the newest truncate or drop ("seq,pos,row")
+STATS_PROPERTY = "delta.dataSkippingStatsColumns"  # the columns whose min, max and null count files state
 COMMIT_RETRIES = 20
 BATCH_ROWS = 1 << 16
 
@@ -95,6 +100,30 @@ def data_schema(types):
                             "sink")
     return pa.schema([pa.field(c.name, arrow_type(t.spark)) for c, t in zip(types.schema.columns, types.types,
                                                                               strict=True)])
+
+
+def unsafe_stats_columns(schema) -> list[str]:
+    """Columns whose min and max delta-rs's own writer (MERGE, update, compaction) states wrongly, so a filter on
+    them may skip a file holding a match: decimals it bounds through a float (scale > 0, more than 15 digits) or
+    an int64 (scale 0, more than 18 digits: BIGINT UNSIGNED, wide DECIMALs)."""
+    import pyarrow as pa
+
+    return [f.name for f in schema if pa.types.is_decimal(f.type)
+            and f.type.precision > (18 if f.type.scale == 0 else 15)]
+
+
+def stats_property(schema, current: str | None = None) -> str | None:
+    """``delta.dataSkippingStatsColumns`` of a table of ``schema`` (``current``: its value now): every column but
+    ``unsafe_stats_columns``; None (Delta's default, the first 32 columns) when there are none and it is unset."""
+    unsafe = set(unsafe_stats_columns(schema))
+    if not unsafe and current is None:
+        return None
+    names = [f.name for f in schema if f.name not in unsafe]
+    if any("," in n for n in names):
+        raise SinkError(f"columns {[n for n in names if ',' in n]}: the delta sink must name the columns that keep "
+                        f"statistics (all but {sorted(unsafe)}) in {STATS_PROPERTY}, a comma-separated list; rename "
+                        "them or leave the table out of source.tables")
+    return ",".join(names)
 
 
 def table_schema(types):
@@ -212,24 +241,16 @@ def committing(what: str, attempt: Callable[[], Any]) -> Any:
     raise AssertionError("unreachable")
 
 
-@dataclass(kw_only=True)
-class DeltaSinkSettings:
-    """``sink:`` of a pipeline writing Delta Lake tables."""
-
-    __pydantic_config__ = {"extra": "forbid"}
-    type: Literal["delta"]  # required: a sink section without a type is parquet's
-    path: str | None = None  # default: <data home>/<dag_id>/delta
-
-
 @register_sink
 class DeltaSink(FileSink):
     """Stream batches and snapshot windows are staged by Spark as Parquet, then MERGEd by key with delta-rs,
-    each under its application transaction; truncates, drops and finished re-snapshots turn rows into
-    tombstones."""
+    each under its application transaction (a window whose keys the table cannot hold yet is appended as the
+    executors' data files instead); truncates, drops and finished re-snapshots turn rows into tombstones."""
 
     type = "delta"
     default_dir = "delta"
     settings = DeltaSinkSettings
+    writes_from_executors = True  # snapshot windows' data files are written by the executors' Python
 
     def __init__(self, config: SinkConfig, secrets, spark=None) -> None:
         super().__init__(config, secrets, spark)
@@ -247,23 +268,38 @@ class DeltaSink(FileSink):
         """Create the table (change data feed on). ``evolve`` (a snapshot): an existing table takes the
         source's current columns, added ones added (NULL until the snapshot writes them), and when a column
         went or changed type the table is rewritten without that column's values. The stream leaves an
-        existing table as it is. Several jobs may prepare at once: whoever loses a commit looks again."""
+        existing table as it is. Either way the table's statistics columns leave out ``unsafe_stats_columns``.
+        Several jobs may prepare at once: whoever loses a commit looks again."""
         table = str(types.schema.table)
         committing(f"{table}: prepare", lambda: self._prepare(types, evolve))
 
     def _prepare(self, types, evolve: bool) -> None:
-        from deltalake import DeltaTable, Schema
+        from deltalake import DeltaTable
 
         table, keys = str(types.schema.table), list(types.schema.key_columns)
         wanted = table_schema(types)
         dt = self.open_table(table)
         if dt is None:
+            config = {"delta.enableChangeDataFeed": "true", KEY_PROPERTY: json.dumps(keys)}
+            stats = stats_property(wanted)
             DeltaTable.create(self.layout.table_uri(table), wanted, mode="ignore", name=table,
-                              configuration={"delta.enableChangeDataFeed": "true", KEY_PROPERTY: json.dumps(keys)},
+                              configuration=config if stats is None else {**config, STATS_PROPERTY: stats},
                               raise_if_key_not_exists=False)
             dt = self.open_table(table)
-        if not evolve:
-            return
+        if evolve:
+            self._evolve(dt, types, wanted)
+            dt = self.open_table(table)
+        current = dt.metadata().configuration.get(STATS_PROPERTY)
+        stats = stats_property(self._arrow_schema(dt), current)
+        if stats != current:
+            log.info("%s: statistics of files written from now on: %s", table, stats)
+            dt.alter.set_table_properties({STATS_PROPERTY: stats}, raise_if_not_exists=False)
+
+    def _evolve(self, dt, types, wanted) -> None:
+        """An existing table's key checked, its columns made ``wanted``'s."""
+        from deltalake import Schema
+
+        table, keys = str(types.schema.table), list(types.schema.key_columns)
         config = dt.metadata().configuration
         if KEY_PROPERTY not in config:
             dt.alter.set_table_properties({KEY_PROPERTY: json.dumps(keys)}, raise_if_not_exists=False)
@@ -540,9 +576,10 @@ class DeltaSink(FileSink):
 
 
 class StagedDeltaWindow:
-    """A snapshot window: staged by Spark when opened (which forces the read), MERGEd with the window's
-    version when published. Rows of retried chunks that an earlier attempt wrote and this one did not
-    (deleted meanwhile) become tombstones in the same commit."""
+    """A snapshot window: staged by Spark when opened (which forces the read), written with the window's
+    version when published: appended as data files the executors write when no row of the table can share a
+    key with it (``delta_append``), else MERGEd. Rows of retried chunks that an earlier attempt wrote and this
+    one did not (deleted meanwhile) become tombstones in the MERGE's commit."""
 
     def __init__(self, sink: DeltaSink, staging: str, types, epoch: int, indexes: list[int],
                  low_watermark: Version, retried: set[int]) -> None:
@@ -566,34 +603,108 @@ class StagedDeltaWindow:
         return counts
 
     def rows(self):
+        return self._read(self.staging)
+
+    def _read(self, staged: str):
+        """Spark: staged rows (data columns and ``CHUNK_COLUMN``)."""
         from pyspark.sql.types import IntegerType, StructField, StructType
 
         schema = StructType([*StructType.fromDDL(self.types.spark_ddl).fields,
                              StructField(CHUNK_COLUMN, IntegerType(), False)])
-        if not self.sink.layout.parquet_files(self.staging):
+        if not self.sink.layout.parquet_files(staged):
             return self.sink.spark.createDataFrame([], schema)
-        return self.sink.spark.read.schema(schema).parquet(self.sink.layout.storage.location(self.staging))
+        return self.sink.spark.read.schema(schema).parquet(self.sink.layout.storage.location(staged))
 
     def publish(self, folded, version: Version, mid_write: Hook) -> list[int]:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
         staged = self.sink.stage(folded.select(*cols(self.types.schema.column_names), col(CHUNK_COLUMN)),
                                  self.table) if folded is not None else self.staging
+        first, last = min(self.indexes), max(self.indexes)
+        app = (f"airflow-cdc:{self.table}:snapshot:{self.epoch}:{first}-{last}", packed(version))
+        what = f"snapshot epoch {self.epoch} chunks {first}-{last}"
+        hook = _Once(mid_write)
+        try:
+            appended = self._append(staged, version, app, what, hook)
+            hook()  # an append ran it between its files and its commit
+            if not appended:
+                self._merge(staged, version, app, what)
+        finally:
+            for d in {staged, self.staging}:
+                self.sink.layout.storage.rmtree(d)
+        return []
+
+    def _merge_reason(self, dt, app: tuple[str, int]) -> str | None:
+        """Why the window must be MERGEd rather than appended (``delta_append``), known before writing files."""
+        import pyarrow as pa
+
+        from airflow_cdc_provider.sinks.delta_append import may_overlap
+
+        if dt is None:
+            return "no table"
+        done = dt.transaction_version(app[0])
+        if done is not None and done >= app[1]:
+            return "committed before"
+        if self.retried:
+            return f"retried chunks {sorted(self.retried)}"
+        if EMPTIED_PROPERTY in dt.metadata().configuration:
+            return "a truncate or drop emptied the table"
+        schema = self.sink._arrow_schema(dt)
+        if not any(pa.types.is_integer(schema.field(k).type) for k in self.types.schema.key_columns) \
+                and may_overlap(dt, {}):
+            return "the table has rows and no integer key column to tell their ranges apart"
+        return None
+
+    def _append(self, staged: str, version: Version, app: tuple[str, int], what: str, mid_write: Hook) -> bool:
+        """Append the window as data files written where its rows are (the executors), if that is correct
+        (``delta_append``); False: the window is to be MERGEd. A window committed before writes nothing."""
+        from airflow_cdc_provider.sinks.delta_append import (
+            append_files,
+            delete_unreferenced,
+            stats_columns,
+            window_ranges,
+            write_data_file,
+            write_data_files_with_spark,
+        )
+
+        sink, table = self.sink, self.table
+        dt = sink.open_table(table)
+        reason = self._merge_reason(dt, app)
+        if reason == "committed before":
+            log.info("%s: %s: committed before (%s); nothing written", table, what, app[0])
+            return True
+        if reason is not None:
+            log.info("%s: %s: MERGE (%s)", table, what, reason)
+            return False
+        schema = sink._arrow_schema(dt)
+        finish = partial(snapshot_batch, schema=schema, epoch=self.epoch, version=tuple(version), table=table)
+        table_dir, columns = table_dir_name(table), stats_columns(dt)
+        if sink.spark is not None:
+            files = write_data_files_with_spark(self._read(staged), sink.config.path, table_dir, schema, columns,
+                                                finish)
+        else:  # the rows are here already (staged files): the same writer, in this process
+            batches = sink.layout.dataset(staged).to_batches(batch_size=BATCH_ROWS) \
+                if sink.layout.parquet_files(staged) else []
+            written = write_data_file(sink.config.path, table_dir, schema, columns, batches, finish)
+            files = [written] if written is not None else []
+        if not files:
+            log.info("%s: %s: MERGE (no rows to append)", table, what)
+            return False
         mid_write()
-        seq, pos, row = version
+        keys = list(self.types.schema.key_columns)
+        outcome = append_files(lambda: sink.open_table(table), files, window_ranges(files, keys, schema), app,
+                               what, refuse=lambda d: EMPTIED_PROPERTY in d.metadata().configuration)
+        if outcome == "appended":
+            rows = sum(json.loads(f.stats)["numRecords"] for f in files)
+            log.info("%s: %s: appended %d rows in %d data files written by the executors", table, what, rows,
+                     len(files))
+            return True
+        delete_unreferenced(sink.layout.storage, table_dir, sink.open_table(table), files)
+        if outcome == "committed before":
+            log.info("%s: %s: committed before (%s); nothing written", table, what, app[0])
+            return True
+        log.info("%s: %s: MERGE (the append was refused: %s)", table, what, outcome)
+        return False
 
-        def add(b):
-            n = b.num_rows
-            chunk = pc.binary_join_element_wise(pa.scalar(f"{self.epoch}"),
-                                                b.column(CHUNK_COLUMN).cast(pa.string()), ":")
-            extra = {"_cdc_op": pa.repeat(pa.scalar("r"), n), "_cdc_ts_ms": pa.repeat(pa.scalar(0, pa.int64()), n),
-                     "_cdc_file_seq": pa.repeat(pa.scalar(seq, pa.int64()), n),
-                     "_cdc_pos": pa.repeat(pa.scalar(pos, pa.int64()), n),
-                     "_cdc_row": pa.repeat(pa.scalar(row, pa.int32()), n), DELETED: pa.repeat(pa.scalar(False), n),
-                     CHUNK: chunk}
-            return pa.RecordBatch.from_arrays([*b.columns, *extra.values()], names=[*b.schema.names, *extra])
-
+    def _merge(self, staged: str, version: Version, app: tuple[str, int], what: str) -> None:
         extra = None
         if self.retried:
             tags = ", ".join(literal(f"{self.epoch}:{i}") for i in sorted(self.retried))
@@ -604,14 +715,41 @@ class StagedDeltaWindow:
                 return merger.when_not_matched_by_source_update(
                     updates={ident(DELETED): "true", ident("_cdc_op"): "'d'"}, predicate=sweep)
 
-        first, last = min(self.indexes), max(self.indexes)
-        app = (f"airflow-cdc:{self.table}:snapshot:{self.epoch}:{first}-{last}", packed(version))
-        try:
-            self.sink._merge(self.table, list(self.types.schema.key_columns),
-                             self.sink._staged_source(staged, self.table, add), app,
-                             f"snapshot epoch {self.epoch} chunks {first}-{last}", snapshot=True, extra=extra,
-                             key_range=self.sink._key_range(staged, self.types))
-        finally:
-            for d in {staged, self.staging}:
-                self.sink.layout.storage.rmtree(d)
-        return []
+        add = partial(snapshot_rows, epoch=self.epoch, version=tuple(version))
+        self.sink._merge(self.table, list(self.types.schema.key_columns),
+                         self.sink._staged_source(staged, self.table, add), app, what, snapshot=True, extra=extra,
+                         key_range=self.sink._key_range(staged, self.types))
+
+
+class _Once:
+    """A hook that runs at most once."""
+
+    def __init__(self, hook: Hook) -> None:
+        self.hook, self.done = hook, False
+
+    def __call__(self) -> None:
+        if not self.done:
+            self.done = True
+            self.hook()
+
+
+def snapshot_rows(batch, epoch: int, version: Version):
+    """A window's rows (data columns and ``CHUNK_COLUMN``) with the sink's columns of snapshot rows at
+    ``version``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    seq, pos, row = version
+    n = batch.num_rows
+    chunk = pc.binary_join_element_wise(pa.scalar(f"{epoch}"), batch.column(CHUNK_COLUMN).cast(pa.string()), ":")
+    extra = {"_cdc_op": pa.repeat(pa.scalar("r"), n), "_cdc_ts_ms": pa.repeat(pa.scalar(0, pa.int64()), n),
+             "_cdc_file_seq": pa.repeat(pa.scalar(seq, pa.int64()), n),
+             "_cdc_pos": pa.repeat(pa.scalar(pos, pa.int64()), n),
+             "_cdc_row": pa.repeat(pa.scalar(row, pa.int32()), n), DELETED: pa.repeat(pa.scalar(False), n),
+             CHUNK: chunk}
+    return pa.RecordBatch.from_arrays([*batch.columns, *extra.values()], names=[*batch.schema.names, *extra])
+
+
+def snapshot_batch(batch, schema, epoch: int, version: Version, table: str):
+    """``snapshot_rows`` as the table's columns, in its order and types (what a data file of it holds)."""
+    return conform(snapshot_rows(batch, epoch, version), schema, table)

@@ -144,3 +144,20 @@ def test_schema_prints_the_published_json_schema():
     published = Path(__file__).resolve().parents[2] / "docs" / "pipeline.schema.json"
     assert json.loads(res.stdout) == json.loads(published.read_text())
     assert "chunk_size" in json.dumps(json.loads(res.stdout)["$defs"])
+
+
+def test_maintain_is_for_the_delta_sink_and_needs_no_source(tmp_path):
+    def maintain(sink: str):
+        p = tmp_path / "shop.yaml"
+        p.write_text(f"source: {{conn_id: nowhere, tables: [shop.orders]}}\nsink: {sink}\n"
+                     f"state: {{path: {tmp_path / 'state'}}}\n")
+        env = {**os.environ, "AIRFLOW_HOME": str(tmp_path)}
+        return subprocess.run([CLI, "maintain", str(p)], capture_output=True, text=True, env=env, timeout=120)
+
+    res = maintain("{type: parquet}")
+    assert res.returncode == 2 and "sink.type is 'parquet': maintenance (compaction, VACUUM) is for the delta" in \
+        res.stderr, res.stderr
+    res = maintain(f"{{type: delta, path: {tmp_path / 'lake'}}}")  # the connection is never resolved
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == ["Maintain shop: compaction and VACUUM",
+                                       "  no table captured yet: the pipeline has not run"], res.stdout

@@ -9,17 +9,16 @@ twice for one app id (a replayed batch is skipped, never committed again).
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
-import pytest
+import deltalake
 
 from airflow_cdc_provider.pipeline.table_schemas import pending_resyncs
 from airflow_cdc_provider.sinks.base import SinkConfig
 from airflow_cdc_provider.state.store import table_dir_name
 
 from .cdc_helpers import BackgroundWriter, Pipeline, normalize, sink_rows, source_rows, table_types
-
-deltalake = pytest.importorskip("deltalake")
 
 
 def delta_sink(tmp: Path) -> SinkConfig:
@@ -70,7 +69,28 @@ def assert_delta_equals_source(p: Pipeline, source_db, table: str) -> dict[tuple
                                              f"differ {[(want[k], got[k]) for k in differ[:5]]}")
     for app, versions in app_transactions(p, source_db, table).items():
         assert len(versions) == len(set(versions)), f"{app} committed a version twice: {versions}"
+    keys = table_types(source_db, table).schema.key_columns
+    every = deltalake.DeltaTable(table_uri(p, source_db, table)).to_pyarrow_table(columns=list(keys)).to_pylist()
+    assert len({tuple(r[k] for k in keys) for r in every}) == len(every), f"{table}: a key has two rows"
     return want
+
+
+def filters_find_every_value(uri: str) -> None:
+    """delta-rs's reader, filtering on any column for any value it holds, finds that row: no file's statistics
+    make it skip a file that holds the value."""
+    dt = deltalake.DeltaTable(uri)
+    everything = dt.to_pyarrow_table()
+    for name in everything.column_names:
+        for value in set(everything.column(name).to_pylist()) - {None}:
+            if value == value:  # not NaN
+                assert dt.to_pyarrow_table(filters=[(name, "=", value)]).num_rows, f"{name} = {value!r} not found"
+
+
+def window_commits(uri: str) -> list[tuple[str, str]]:
+    """(what, operation) of the snapshot windows' commits, oldest first: WRITE for an append of data files,
+    MERGE otherwise."""
+    return [(c["airflow_cdc"], c["operation"]) for c in reversed(deltalake.DeltaTable(uri).history())
+            if str(c.get("airflow_cdc", "")).startswith("snapshot epoch") and "chunks" in c["airflow_cdc"]]
 
 
 def test_late_replayed_and_emptied_writes_converge_without_spark(tmp_path):
@@ -84,7 +104,8 @@ def test_late_replayed_and_emptied_writes_converge_without_spark(tmp_path):
     from airflow_cdc_provider.core.offsets import EventPosition
     from airflow_cdc_provider.core.schema_changes import SchemaChange
     from airflow_cdc_provider.sinks.base import CHUNK_COLUMN
-    from airflow_cdc_provider.sinks.delta import DeltaSink, StagedDeltaWindow
+    from airflow_cdc_provider.sinks.delta import DeltaSink, StagedDeltaWindow, snapshot_batch
+    from airflow_cdc_provider.sinks.delta_append import append_files, window_ranges, write_data_file
     from airflow_cdc_provider.sinks.types import TableSinkTypes
     from airflow_cdc_provider.source.schema import Column, TableSchema
 
@@ -116,7 +137,18 @@ def test_late_replayed_and_emptied_writes_converge_without_spark(tmp_path):
         dt = deltalake.DeltaTable(sink.layout.table_uri("db.t"))
         return {r["id"]: r["name"] for r in dt.to_pyarrow_table(filters=[("_cdc_deleted", "=", False)]).to_pylist()}
 
-    window([(i, f"n{i}") for i in range(20)], 1, [0, 1], 100, 200)
+    uri = sink.layout.table_uri("db.t")
+    window([(i, f"n{i}") for i in range(20)], 1, [0, 1], 100, 200)  # a fresh table: appended, no MERGE
+    assert window_commits(uri) == [("snapshot epoch 1 chunks 0-1", "WRITE")]
+    files, version = sorted(Path(uri).glob("*.parquet")), deltalake.DeltaTable(uri).version()
+    window([(i, f"n{i}") for i in range(20)], 1, [0, 1], 100, 200)  # replayed: nothing written
+    assert sorted(Path(uri).glob("*.parquet")) == files and deltalake.DeltaTable(uri).version() == version
+    window([(i, f"w{i}") for i in range(20, 30)], 1, [2], 120, 210)  # disjoint from the table's files: appended
+    assert window_commits(uri)[-1] == ("snapshot epoch 1 chunks 2-2", "WRITE")
+    filters_find_every_value(uri)
+    window([(i, f"x{i}") for i in range(25, 40)], 1, [3], 130, 220)  # overlaps the last window's file: MERGE
+    assert window_commits(uri)[-1] == ("snapshot epoch 1 chunks 3-3", "MERGE")
+    assert {f.name for f in Path(uri).glob("*.parquet")} <= logged_files(uri), "the refused append left its files"
     changes = [(1, "upd", "u", 300), (2, None, "d", 301), (100, "new", "c", 302), (3, "old", "u", 150)]
     batch(0, changes)
     version = deltalake.DeltaTable(sink.layout.table_uri("db.t")).version()
@@ -124,19 +156,38 @@ def test_late_replayed_and_emptied_writes_converge_without_spark(tmp_path):
     assert deltalake.DeltaTable(sink.layout.table_uri("db.t")).version() == version
     # chunk 0 retried: read between 250 and 260 (before the stream's changes at 300+), key 5 deleted meanwhile
     window([(i, f"r{i}") for i in range(10) if i != 5], 1, [0], 250, 260, retried=[0])
+    assert window_commits(uri)[-1] == ("snapshot epoch 1 chunks 0-0", "MERGE")
     state = live()
     assert state[1] == "upd" and 2 not in state and 5 not in state and state[100] == "new" and state[3] == "r3"
-    assert state[15] == "n15" and len(state) == 19
+    assert state[15] == "n15" and state[22] == "w22" and state[25] == "x25" and len(state) == 39
+
+    # an append is committed on exactly the version it checked: a stream batch committed after that version makes
+    # it check again, and if the batch holds a key of the window's range, fall back to the MERGE
+    for batch_id, (low, high), streamed, expected in ((1, (200, 210), 300, "appended"),
+                                                      (2, (400, 410), 405, "may overlap")):
+        rows = pa.RecordBatch.from_pylist([{"id": i, "name": "a", CHUNK_COLUMN: 9} for i in range(low, high)])
+        schema = pa.schema(deltalake.DeltaTable(uri).schema().to_arrow())
+        finish = partial(snapshot_batch, schema=schema, epoch=1, version=(1, 390, -1), table="db.t")
+        files = [write_data_file(sink.config.path, "db.t", schema, schema.names, [rows], finish)]
+        checked = deltalake.DeltaTable(uri)
+        batch(batch_id, [(streamed, "s", "c", 400 + batch_id)])
+        opened = iter([checked])
+        outcome = append_files(lambda: next(opened, None) or sink.open_table("db.t"), files,
+                               window_ranges(files, ["id"], schema), (f"airflow-cdc:db.t:snapshot:1:{low}", 390),
+                               f"window {low}", refuse=lambda dt: False)
+        assert outcome == expected
+    state = live()
+    assert state[205] == "a" and state[300] == "s" and state[405] == "s" and 404 not in state
 
     truncate = SchemaChange("truncate", TableId.parse("db.t"), "TRUNCATE t", position=EventPosition("b.000001", 500, 0))
     sink.apply_schema_change(truncate, types)
     sink.apply_schema_change(truncate, types)
     window([(555, "late")], 2, [0], 455, 460)  # a window read before the truncate, published after it
-    batch(1, [(7, "after", "c", 600)])
+    batch(3, [(7, "after", "c", 600)])
     sink.finish_snapshot("db.t", 2, (1, 550, -1))
     assert live() == {7: "after"}
     stream_versions = app_transactions_at(sink.layout.table_uri("db.t"))["airflow-cdc:db.t:stream:q"]
-    assert stream_versions == [0, 1]
+    assert stream_versions == [0, 1, 2, 3]
     assert not list(Path(sink.layout.storage.path("_staging/db.t")).iterdir())
 
 
@@ -147,6 +198,14 @@ def app_transactions_at(uri: str) -> dict[str, list[int]]:
             action = json.loads(line)
             if "txn" in action:
                 out.setdefault(action["txn"]["appId"], []).append(action["txn"]["version"])
+    return out
+
+
+def logged_files(uri: str) -> set[str]:
+    """Every data file an add action of the table's log ever named."""
+    out = set()
+    for commit in (Path(uri.removeprefix("file://")) / "_delta_log").glob("*.json"):
+        out |= {json.loads(line)["add"]["path"] for line in commit.read_text().splitlines() if '"add"' in line}
     return out
 
 
@@ -177,6 +236,9 @@ def test_snapshot_stream_kill_and_resnapshot_converge(source_db, tmp_path, spark
     table = source_db.table("orders")
     assert sum(r.window_events_applied for r in p.state.finished_snapshot(table).chunks) > 0, \
         "no chunk window saw a change: the test lost its point"
+    uri = table_uri(p, source_db, "orders")
+    initial = window_commits(uri)
+    assert initial and all(op == "WRITE" for _, op in initial), f"the initial snapshot was not appended: {initial}"
 
     # the stream catches up in several batches; it is killed after batch 1 is in the Delta table and before Spark
     # committed the batch, so the restart runs batch 1 again, which must find it committed and skip it
@@ -204,6 +266,8 @@ def test_snapshot_stream_kill_and_resnapshot_converge(source_db, tmp_path, spark
     q.snapshot(q.plan())
     q.collect()
     assert_delta_equals_source(p, source_db, "orders")
+    resnapshot = window_commits(uri)[len(initial):]
+    assert resnapshot and all(op == "MERGE" for _, op in resnapshot), f"the re-snapshot did not MERGE: {resnapshot}"
 
     dt = deltalake.DeltaTable(table_uri(p, source_db, "orders"))
     assert dt.metadata().configuration.get("delta.enableChangeDataFeed") == "true"
@@ -220,7 +284,12 @@ def test_truncate_then_alter_add_column_and_its_resnapshot(source_db, tmp_path, 
     p.snapshot(p.plan())
     p.collect()
     assert_delta_equals_source(p, db, "t")
-    assert_delta_equals_source(p, db, "kinds")
+    kinds = assert_delta_equals_source(p, db, "kinds")
+    for name in ("t", "kinds"):  # appended: data files the executors wrote, read by delta-rs and by Spark
+        commits = window_commits(table_uri(p, db, name))
+        assert commits and all(op == "WRITE" for _, op in commits), f"{name}: {commits}"
+        filters_find_every_value(table_uri(p, db, name))
+    assert sink_rows(spark, p.sink, p.secrets, table_types(db, "kinds")) == kinds
 
     db.execute("UPDATE t SET qty = -1 WHERE id <= 10")  # changes before the truncate
     db.execute("TRUNCATE TABLE t")

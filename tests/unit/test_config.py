@@ -189,3 +189,61 @@ def test_driver_settings_yield_to_the_jobs_own_spark_conf():
     assert with_driver_conf({"spark.executor.memory": "2g"}) == {**DRIVER_CONF, "spark.executor.memory": "2g"}
     # the class-path session extensions (mllib's functions) come back when a pipeline's spark.conf asks
     assert with_driver_conf({"spark.sql.extensions.test.loadFromCp": "true"})["spark.sql.extensions.test.loadFromCp"] == "true"
+
+
+DELTA = GOOD + "sink:\n  type: delta\n  path: /data/lake\n"
+
+
+def test_delta_maintenance_section_has_safe_defaults(tmp_path):
+    from airflow_cdc_provider.sinks.delta_settings import DeltaMaintenanceSettings
+
+    assert load_config(write(tmp_path, DELTA)).sink.maintenance is None  # no maintenance DAG
+    m = load_config(write(tmp_path, DELTA + "  maintenance: {}\n")).sink.maintenance
+    assert m == DeltaMaintenanceSettings()
+    assert (m.schedule, m.compact, m.z_order, m.vacuum_retention_hours, m.allow_short_retention) == (
+        "@daily", True, False, 168, False)
+    m = load_config(write(tmp_path, DELTA + "  maintenance: {schedule: '0 3 * * *', z_order: true, "
+                                            "target_file_size: 67108864, vacuum_retention_hours: null}\n")).sink.maintenance
+    assert (m.schedule, m.z_order, m.target_file_size, m.vacuum_retention_hours) == ("0 3 * * *", True, 2**26, None)
+
+
+def test_delta_maintenance_refuses_a_vacuum_retention_below_deltas_minimum(tmp_path):
+    with pytest.raises(ConfigError) as exc:
+        load_config(write(tmp_path, DELTA + "  maintenance: {vacuum_retention_hours: 24}\n"))
+    message = str(exc.value).replace(f"{tmp_path}/", "")
+    assert message.startswith("pipe.yaml: sink.maintenance: vacuum_retention_hours 24 is below Delta's minimum of "
+                              "168 hours"), message
+    assert "allow_short_retention: true" in message and "\n" not in message
+    cfg = load_config(write(tmp_path, DELTA + "  maintenance: {vacuum_retention_hours: 24, allow_short_retention: true}\n"))
+    assert cfg.sink.maintenance.vacuum_retention_hours == 24 and cfg.sink.maintenance.allow_short_retention
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (DELTA + "  maintenance: {vacuum_retention_hours: -1, allow_short_retention: true}\n",
+         "pipe.yaml: sink.maintenance.vacuum_retention_hours: must be at least 0, got -1"),
+        (DELTA + "  maintenance: {vacuum_retention_hours: 0}\n",
+         "pipe.yaml: sink.maintenance: vacuum_retention_hours 0 is below Delta's minimum of 168 hours"),
+        (DELTA + "  maintenance: {vacuum_retention_hours: '7 days'}\n",
+         "pipe.yaml: sink.maintenance.vacuum_retention_hours: must be an integer, got str '7 days'"),
+        (DELTA + "  maintenance: {compact: yes please}\n",
+         "pipe.yaml: sink.maintenance.compact: must be true/false, got str 'yes please'"),
+        (DELTA + "  maintenance: {shedule: '@daily'}\n",
+         "pipe.yaml: sink.maintenance.shedule: unknown key (did you mean 'schedule'? allowed: schedule, compact, "),
+        (DELTA + "  maintenance: daily\n", "pipe.yaml: sink.maintenance: must be a mapping, got str 'daily'"),
+        (GOOD + "sink: {type: parquet, maintenance: {}}\n",
+         "pipe.yaml: sink.maintenance: unknown key (allowed: type, path)"),
+    ],
+)
+def test_delta_maintenance_errors_name_file_and_key(tmp_path, text, expected):
+    test_errors_name_file_and_key(tmp_path, text, expected)
+
+
+def test_json_schema_knows_the_delta_maintenance_section():
+    validator = jsonschema.Draft202012Validator(pipeline_json_schema())
+    source = {"conn_id": "shop", "tables": ["shop.orders"]}
+    sink = {"type": "delta", "maintenance": {"schedule": "@daily", "vacuum_retention_hours": 336}}
+    assert validator.is_valid({"source": source, "sink": sink})
+    assert not validator.is_valid({"source": source, "sink": {**sink, "maintenance": {"vacum": 1}}})
+    assert not validator.is_valid({"source": source, "sink": {"type": "parquet", "maintenance": {}}})

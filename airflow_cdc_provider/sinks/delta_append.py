@@ -1,0 +1,281 @@
+"""A snapshot window appended to its Delta table: data files the executors wrote, committed by the driver as one
+delta-rs commit of their add actions (no MERGE, no row through the driver).
+
+An append writes each key it holds without looking at the table, so it is correct only when the table holds no
+row, live or tombstone, of any key of the window, and nothing can commit one between that check and the append.
+The check: every file of the table version read must be disjoint from the window's key range by its statistics
+(the smallest and largest value of an integer key column; a file without them may hold anything), or the
+table has no file at all. The commit is made on exactly that version (``max_commit_retries=0``): delta-rs
+rebases a blind append over concurrent commits without looking at them, so with retries a stream batch or a
+retried chunk committed meanwhile would be passed over; without, any commit after the checked version makes the
+append fail, and the next attempt checks the new version. Parallel snapshot tasks (disjoint key ranges) thus
+append one after the other. The other way round, a writer that read the table before the append and commits
+after it must not pass it over either: the append's commit says it is no blind append (it depends on what it
+read), so the conflict check of a MERGE that read the window's range (the stream's) fails it, and the MERGE runs
+again on the table with the window in it, under the version guard.
+
+What stays a MERGE (``DeltaSink``): windows with retried chunks (an earlier attempt may have written some of
+their keys, and its rows the new one lacks must become tombstones), tables a TRUNCATE or DROP emptied (the
+insert guard), and every window whose key range a file of the table may overlap: in practice every window of a
+re-snapshot (the earlier epoch's files span the table's keys, and the stream running beside it commits into
+them), and every window of a table without an integer key column once the table has a file. A re-snapshot's
+window over keys no file covers may append: nothing of the table, and nothing committed meanwhile, holds them.
+
+The files are the table's own: its columns in its order and types (``conform``), and statistics in the forms
+delta-rs writes (``_stat_value``), which its readers prune files by and the next windows' checks read.
+
+A replayed window (its application transaction committed already) commits nothing. Files written by an attempt
+that does not commit are deleted when it falls back to the MERGE, or stay unreferenced (invisible to readers)
+when the job dies first: only a full VACUUM (``vacuum(full=True)``) removes those, once older than its
+retention; the default one removes only files a commit removed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Iterable, Iterator, Literal
+
+from airflow_cdc_provider.state.storage import Storage
+
+log = logging.getLogger("airflow_cdc.delta")
+
+WRITE_KEY = "airflow_cdc.write"  # commit metadata: how a snapshot window was written, "append" or "merge"
+FILE_RECORD_DDL = "path string, size bigint, modification_time bigint, stats string"
+APPEND_RETRIES = 20
+
+Outcome = Literal["appended", "committed before", "may overlap", "contended"]
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """A Parquet data file written under the table's directory, as its add action needs it."""
+
+    path: str  # relative to the table's directory
+    size: int
+    modification_time: int  # ms since the epoch
+    stats: str  # Delta's per-file statistics (JSON), as delta-rs writes them
+
+    def add_action(self):
+        from deltalake.transaction import AddAction
+
+        return AddAction(self.path, self.size, {}, self.modification_time, True, self.stats)
+
+    def key_range(self, column: str) -> tuple[int, int] | None:
+        stats = json.loads(self.stats)
+        lo, hi = stats.get("minValues", {}).get(column), stats.get("maxValues", {}).get(column)
+        return None if lo is None or hi is None else (lo, hi)
+
+
+def stats_columns(dt) -> list[str]:
+    """The columns whose statistics a data file of ``dt`` carries, by the table's properties as delta-rs reads
+    them: ``delta.dataSkippingStatsColumns``, else the first ``delta.dataSkippingNumIndexedCols`` (32)."""
+    config = dt.metadata().configuration
+    names = [f.name for f in dt.schema().fields]
+    if config.get("delta.dataSkippingStatsColumns"):
+        wanted = {c.strip() for c in config["delta.dataSkippingStatsColumns"].split(",")}
+        return [n for n in names if n in wanted]
+    count = int(config.get("delta.dataSkippingNumIndexedCols", "32"))
+    return names if count < 0 else names[:count]
+
+
+def _stat_value(value, arrow_type, upper: bool):
+    """A min or max as delta-rs writes it in a file's statistics (None: not writable). delta-rs's readers take a
+    column whose min/max is absent from statistics that count its nulls as all NULL (and skip the file for any
+    other value), so a column with a value gets both, in the forms delta-rs itself writes, or no statistics."""
+    import math
+
+    import pyarrow as pa
+
+    if value is None:
+        return None
+    if pa.types.is_integer(arrow_type) or pa.types.is_boolean(arrow_type) or pa.types.is_string(arrow_type):
+        return value
+    if pa.types.is_floating(arrow_type):
+        return value if math.isfinite(value) else None
+    if pa.types.is_decimal(arrow_type):  # exact as text: delta-rs reads large JSON numbers through a float
+        return format(value, "f")
+    if pa.types.is_date(arrow_type):
+        return value.isoformat()
+    if pa.types.is_timestamp(arrow_type):  # milliseconds, truncated (readers widen a max by one)
+        stamp = (f"{value.year:04d}-{value.month:02d}-{value.day:02d}{'T' if arrow_type.tz else ' '}"
+                 f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}")
+        ms = value.microsecond // 1000
+        return f"{stamp}.{ms:03d}Z" if arrow_type.tz else (f"{stamp}.{ms:03d}" if ms else stamp)
+    return None
+
+
+class _Stats:
+    """A data file's statistics as delta-rs writes them: numRecords, and min, max and nullCount of each
+    statistics column (binary ones have none, as delta-rs's own files), accumulated batch by batch. A file with
+    NaN or an infinity in a float column states its row count only: readers order NaN differently (DataFusion and
+    Polars after every number, pyarrow nowhere), so no min or max is right for all of them, and delta-rs's
+    reader skips a file for any filter on a column whose min or max its statistics lack; with no min, max or
+    null count at all, every reader reads the file (and no window check takes its keys to be known)."""
+
+    def __init__(self, schema, columns: list[str]) -> None:
+        import pyarrow as pa
+
+        self.types = {f.name: f.type for f in schema if f.name in columns and not pa.types.is_binary(f.type)}
+        self.rows = 0
+        self.low: dict[str, Any] = {}
+        self.high: dict[str, Any] = {}
+        self.nulls = dict.fromkeys(self.types, 0)
+        self.unbounded: set[str] = set()  # columns with a value no min or max can state (NaN, infinity)
+
+    def add(self, batch) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        self.rows += batch.num_rows
+        for name, t in self.types.items():
+            column = batch.column(name)
+            self.nulls[name] += column.null_count
+            if pa.types.is_floating(t) and not pc.all(pc.is_finite(column)).as_py():
+                self.unbounded.add(name)
+            if name in self.unbounded:
+                continue
+            mm = pc.min_max(column).as_py()
+            if mm["min"] is None:  # all NULL
+                continue
+            self.low[name] = mm["min"] if name not in self.low else min(self.low[name], mm["min"])
+            self.high[name] = mm["max"] if name not in self.high else max(self.high[name], mm["max"])
+
+    def json(self) -> str:
+        low, high = {}, {}
+        for name, t in self.types.items():
+            lo, hi = _stat_value(self.low.get(name), t, False), _stat_value(self.high.get(name), t, True)
+            if name in self.unbounded or (self.nulls[name] < self.rows and (lo is None or hi is None)):
+                return json.dumps({"numRecords": self.rows})
+            if lo is not None:
+                low[name], high[name] = lo, hi
+        return json.dumps({"numRecords": self.rows, "minValues": low, "maxValues": high, "nullCount": self.nulls})
+
+
+def write_data_file(storage_uri: str, table_dir: str, schema, columns: list[str], batches: Iterable[Any],
+                    finish: Callable[[Any], Any]) -> DataFile | None:
+    """Write ``batches`` (made the table's columns by ``finish``) as one Parquet file directly under the table's
+    directory; None when they hold no row. Runs on an executor (or wherever the rows are)."""
+    import pyarrow.parquet as pq
+
+    storage = Storage(storage_uri, key="sink.path")
+    name = f"part-{uuid.uuid4().hex}-c000.snappy.parquet"
+    rel = f"{table_dir}/{name}"
+    stats = _Stats(schema, columns)
+    writer = sink = None
+    try:
+        for raw in batches:
+            if not raw.num_rows:
+                continue
+            batch = finish(raw)
+            if writer is None:
+                sink = storage.open(rel, "wb")
+                writer = pq.ParquetWriter(sink, schema, compression="snappy")
+            writer.write_batch(batch)
+            stats.add(batch)
+    finally:
+        if writer is not None:
+            writer.close()
+        if sink is not None:
+            sink.close()
+    if writer is None:
+        return None
+    return DataFile(name, int(storage.fs.size(storage.path(rel))), int(time.time() * 1000), stats.json())
+
+
+def write_data_files_with_spark(df, storage_uri: str, table_dir: str, schema, columns: list[str],
+                                finish: Callable[[Any], Any]) -> list[DataFile]:
+    """Each partition of ``df`` written by its executor as one data file; only the files' records (path, size,
+    statistics) reach the driver."""
+    import pyarrow as pa
+
+    record_schema = pa.schema([("path", pa.string()), ("size", pa.int64()), ("modification_time", pa.int64()),
+                               ("stats", pa.string())])
+
+    def write(batches: Iterator[Any]) -> Iterator[Any]:
+        written = write_data_file(storage_uri, table_dir, schema, columns, batches, finish)
+        if written is not None:
+            yield pa.RecordBatch.from_pylist([asdict(written)], schema=record_schema)
+
+    return [DataFile(**r.asDict()) for r in df.mapInArrow(write, FILE_RECORD_DDL).collect()]
+
+
+def window_ranges(files: list[DataFile], key_columns: list[str], schema) -> dict[str, tuple[int, int]]:
+    """The smallest and largest value of each integer key column over the window's files (of those the table
+    keeps statistics of; none: ``may_overlap`` takes any file of the table to overlap)."""
+    import pyarrow as pa
+
+    out: dict[str, tuple[int, int]] = {}
+    for column in key_columns:
+        if not pa.types.is_integer(schema.field(column).type):
+            continue
+        ranges = [f.key_range(column) for f in files]
+        if any(r is None for r in ranges):  # not a statistics column of the table: no range to tell apart by
+            continue
+        out[column] = (min(r[0] for r in ranges), max(r[1] for r in ranges))
+    return out
+
+
+def may_overlap(dt, ranges: dict[str, tuple[int, int]]) -> bool:
+    """Whether a file of ``dt`` may hold a key in ``ranges``: unless the table has no file, each file must lie
+    outside the range of some integer key column by its statistics (keys are NOT NULL, so a key of the window
+    equals no key of such a file)."""
+    import pyarrow as pa
+
+    actions = pa.table(dt.get_add_actions(flatten=False))
+    if not actions.num_rows:
+        return False
+    if not ranges or "min" not in actions.column_names or "max" not in actions.column_names:
+        return True
+    for low, high in zip(actions.column("min").to_pylist(), actions.column("max").to_pylist(), strict=True):
+        disjoint = False
+        for column, (lo, hi) in ranges.items():
+            f_lo, f_hi = (low or {}).get(column), (high or {}).get(column)
+            if f_lo is not None and f_hi is not None and (f_hi < lo or f_lo > hi):
+                disjoint = True
+                break
+        if not disjoint:
+            return True
+    return False
+
+
+def append_files(open_table: Callable[[], Any], files: list[DataFile], ranges: dict[str, tuple[int, int]],
+                 app: tuple[str, int], what: str, refuse: Callable[[Any], bool]) -> Outcome:
+    """Commit ``files`` as one append carrying ``app``, on exactly the table version checked (see the module's
+    docstring); ``refuse(dt)``: another reason the append would be wrong on that version."""
+    from deltalake.transaction import CommitProperties, Transaction
+
+    from airflow_cdc_provider.sinks.delta import is_conflict
+
+    for n in range(APPEND_RETRIES):
+        dt = open_table()
+        done = dt.transaction_version(app[0])
+        if done is not None and done >= app[1]:
+            return "committed before"
+        if refuse(dt) or may_overlap(dt, ranges):
+            return "may overlap"
+        props = CommitProperties(custom_metadata={"airflow_cdc": what, WRITE_KEY: "append", "isBlindAppend": False},
+                                 max_commit_retries=0, app_transactions=[Transaction(app[0], app[1])])
+        try:
+            dt.create_write_transaction([f.add_action() for f in files], "append", dt.schema(),
+                                        commit_properties=props)
+            return "appended"
+        except Exception as exc:
+            if not is_conflict(exc):
+                raise
+            log.info("%s: a commit landed after version %d; checking the append again", what, dt.version())
+            time.sleep(min(5.0, 0.2 * (n + 1)))
+    return "contended"
+
+
+def delete_unreferenced(storage: Storage, table_dir: str, dt, files: list[DataFile]) -> None:
+    """Delete the files of an append that did not commit (never one the table references)."""
+    import pyarrow as pa
+
+    referenced = set(pa.table(dt.get_add_actions()).column("path").to_pylist()) if dt is not None else set()
+    for f in files:
+        if f.path not in referenced:
+            storage.delete(f"{table_dir}/{f.path}")

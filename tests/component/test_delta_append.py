@@ -1,0 +1,421 @@
+"""The delta sink's append path (``sinks/delta_append``) through delta-rs alone, no Spark: data files written by
+the same writer the executors run (record batches built with pyarrow as they get them), committed by
+``append_files``.
+
+* every reader (delta-rs's pyarrow dataset, pandas, Polars, DataFusion) filtering an appended table on any
+  column finds exactly what it finds in the same rows without statistics: no statistic makes it skip a file
+  holding a match;
+* an append commits on exactly the version it checked, whatever committed after it (MERGE, update, compaction);
+  a MERGE or a tombstoning update that read the table before an append and commits after it conflicts when its
+  range holds the appended keys;
+* files of an append that does not commit are deleted, or stay invisible; a replayed window commits nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import replace
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import CommitFailedError
+from deltalake.query import QueryBuilder
+from deltalake.transaction import CommitProperties
+
+from airflow_cdc_provider.sinks.delta import is_conflict, older_than
+from airflow_cdc_provider.sinks.delta_append import (
+    append_files,
+    delete_unreferenced,
+    stats_columns,
+    window_ranges,
+    write_data_file,
+)
+from airflow_cdc_provider.state.storage import Storage
+
+try:
+    import polars
+except ImportError:  # Polars is optional: only its reader is left out
+    polars = None
+
+UTC = dt.timezone.utc
+# the Arrow types the sink's columns take (sinks/types.py), and its own columns
+KINDS = pa.schema([
+    ("id", pa.int64()), ("i8", pa.int8()), ("i16", pa.int16()), ("i32", pa.int32()),
+    ("u64", pa.decimal128(20, 0)), ("dec", pa.decimal128(10, 3)), ("f32", pa.float32()), ("f64", pa.float64()),
+    ("s", pa.string()), ("bin", pa.binary()), ("d", pa.date32()), ("ts", pa.timestamp("us", tz="UTC")),
+    ("ntz", pa.timestamp("us")), ("bo", pa.bool_()), ("_cdc_deleted", pa.bool_()),
+])
+# a window's three data files (three executors'): extremes of every type, values the statistics round
+# (timestamps to milliseconds, float32), long and non-ASCII strings, NULLs in every column but the key; the third
+# file holds NaN and infinities, which no statistics can bound
+KIND_FILES = [
+    [dict(id=1, i8=-128, i16=-32768, i32=-2**31, u64=Decimal("18446744073709551615"), dec=Decimal("-1234567.891"),
+          f32=0.1, f64=-1e300, s="zeta ü😀", bin=b"\xff\x00", d=dt.date(1, 1, 1),
+          ts=dt.datetime(1970, 1, 1, 0, 0, 0, 999999, tzinfo=UTC), ntz=dt.datetime(2024, 5, 6, 7, 8, 9, 999),
+          bo=True, _cdc_deleted=False),
+     dict(id=2, i8=5, i16=32767, i32=2**31 - 1, u64=Decimal("9223372036854775808"), dec=Decimal("0.001"),
+          f32=-2.25, f64=1e-300, s="a" * 40 + "é", bin=b"", d=dt.date(9999, 12, 31),
+          ts=dt.datetime(2038, 1, 19, 3, 14, 7, 1, tzinfo=UTC), ntz=dt.datetime(1969, 12, 31, 23, 59, 59, 999999),
+          bo=False, _cdc_deleted=False)],
+    [dict(id=10, i8=127, i16=None, i32=0, u64=Decimal(0), dec=None, f32=None, f64=2.5, s="é" * 40, bin=None,
+          d=None, ts=None, ntz=None, bo=None, _cdc_deleted=True),
+     dict(id=11, i8=None, i16=7, i32=None, u64=Decimal(12), dec=Decimal("99.5"), f32=3.0, f64=-0.0, s="",
+          bin=b"\x00", d=dt.date(2000, 2, 29), ts=dt.datetime(1960, 6, 1, 12, 0, 0, 500, tzinfo=UTC),
+          ntz=dt.datetime(2024, 5, 6, 7, 8, 9), bo=True, _cdc_deleted=False)],
+    [dict(id=20, i8=1, i16=1, i32=1, u64=Decimal(1), dec=Decimal(1), f32=float("inf"), f64=float("nan"), s="m",
+          bin=b"m", d=dt.date(2001, 1, 1), ts=dt.datetime(2001, 1, 1, tzinfo=UTC), ntz=dt.datetime(2001, 1, 1),
+          bo=False, _cdc_deleted=False),
+     dict(id=21, i8=2, i16=2, i32=2, u64=Decimal(2), dec=Decimal(2), f32=1.0, f64=float("-inf"), s="n",
+          bin=b"n", d=dt.date(2001, 1, 2), ts=dt.datetime(2001, 1, 2, tzinfo=UTC), ntz=dt.datetime(2001, 1, 2),
+          bo=True, _cdc_deleted=False)],
+]
+
+
+def new_table(root: Path, schema: pa.Schema, name: str = "t", configuration: dict | None = None) -> str:
+    uri = str(root / name)
+    DeltaTable.create(uri, schema, configuration=configuration)
+    return uri
+
+
+def window_files(root: Path, table: str, schema: pa.Schema, rows: list[dict]) -> list:
+    """One data file of ``rows``, written as an executor writes it (the table's statistics columns)."""
+    dt_ = DeltaTable(str(root / table))
+    batch = pa.RecordBatch.from_pylist(rows, schema=schema)
+    return [write_data_file(str(root), table, schema, stats_columns(dt_), [batch], lambda b: b)]
+
+
+def append(root: Path, table: str, schema: pa.Schema, files: list, app: tuple[str, int], opened=None) -> str:
+    """``append_files`` of ``files``; ``opened``: table handles to check before fresh ones (a stale one)."""
+    uri = str(root / table)
+    handles = iter(opened or [])
+    return append_files(lambda: next(handles, None) or DeltaTable(uri), files,
+                        window_ranges(files, ["id"], schema), app, f"window {app[0]}", refuse=lambda d: False)
+
+
+def data_files(uri: str) -> set[str]:
+    return {p.name for p in Path(uri).glob("*.parquet")}
+
+
+def keys(uri: str) -> list[int]:
+    return sorted(DeltaTable(uri).to_pyarrow_table(columns=["id"]).column("id").to_pylist())
+
+
+def sql_literal(value, arrow_type: pa.DataType) -> str:
+    """``value`` as a DataFusion SQL literal of ``arrow_type``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, bytes):
+        return f"X'{value.hex()}'"
+    if isinstance(value, Decimal):
+        text, target = str(value), f"Decimal128({arrow_type.precision}, {arrow_type.scale})"
+    elif isinstance(value, float):
+        text, target = repr(value), "Float32" if arrow_type == pa.float32() else "Float64"
+    elif isinstance(value, dt.datetime):
+        zone = 'Some("UTC")' if value.tzinfo else "None"
+        text, target = value.isoformat(), f"Timestamp(Microsecond, {zone})"
+    else:
+        text, target = value.isoformat(), "Date32"
+    return f"arrow_cast('{text}', '{target}')"
+
+
+def readers(uri: str, schema: pa.Schema = KINDS):
+    """Each reader's ids of the rows meeting ``column op value``, by name."""
+    table = DeltaTable(uri)
+
+    def with_pyarrow(c, op, v):
+        return table.to_pyarrow_table(filters=[(c, op, v)], columns=["id"]).column("id").to_pylist()
+
+    def with_pandas(c, op, v):
+        return table.to_pandas(filters=[(c, op, v)], columns=["id"])["id"].tolist()
+
+    session = QueryBuilder().register("t", table)
+
+    def with_datafusion(c, op, v):
+        sql = f'SELECT id FROM t WHERE "{c}" {op} {sql_literal(v, schema.field(c).type)}'
+        result = session.execute(sql)
+        return pa.RecordBatchReader.from_stream(result).read_all().column("id").to_pylist()
+
+    out = {"delta-rs pyarrow": with_pyarrow, "pandas": with_pandas, "datafusion": with_datafusion}
+    if polars is not None:
+        frame = polars.scan_delta(uri)
+        dtypes = frame.collect_schema()
+
+        def with_polars(c, op, v):
+            lit = polars.lit(v, dtype=dtypes[c])
+            test = {"=": polars.col(c) == lit, ">=": polars.col(c) >= lit, "<=": polars.col(c) <= lit}[op]
+            return frame.filter(test).select("id").collect()["id"].to_list()
+
+        out["polars"] = with_polars
+    return out
+
+
+def test_every_reader_finds_every_value_of_appended_files(tmp_path):
+    """Filtering on each column by its smallest, largest and a middle value (and NaN), with =, >= and <=, every
+    reader gives the appended table exactly the rows it gives a table of the same rows without statistics (with
+    a NaN to compare with, at least those)."""
+    uri = new_table(tmp_path, KINDS)
+    files = [f for rows in KIND_FILES for f in window_files(tmp_path, "t", KINDS, rows)]
+    assert [sorted(json.loads(f.stats)) for f in files[1:]] == [
+        ["maxValues", "minValues", "nullCount", "numRecords"], ["numRecords"]]
+    assert append(tmp_path, "t", KINDS, files, ("w", 1)) == "appended"
+    plain = new_table(tmp_path, KINDS, "plain", {"delta.dataSkippingNumIndexedCols": "0"})
+    write_deltalake(plain, pa.Table.from_pylist([r for rows in KIND_FILES for r in rows], schema=KINDS),
+                    mode="append")
+    assert not any(json.loads(a["add"]["stats"] or "{}").get("minValues")
+                   for f in (Path(plain) / "_delta_log").glob("*.json") for a in map(json.loads, f.open())
+                   if "add" in a), "the table to compare with has statistics"
+    every = [r for rows in KIND_FILES for r in rows]
+    stored = [DeltaTable(u).to_pyarrow_table().sort_by("id").to_pylist() for u in (uri, plain)]
+    assert repr(stored[0]) == repr(stored[1]) and len(stored[0]) == len(every)  # repr: NaN equals NaN
+    appended, without_stats = readers(uri), readers(plain)
+    checked = 0
+    for column in KINDS.names:
+        values = sorted({r[column] for r in every if r[column] is not None and r[column] == r[column]})
+        probes = {values[0], values[-1], values[len(values) // 2]}
+        if pa.types.is_floating(KINDS.field(column).type):
+            probes.add(float("nan"))
+        for value in probes:
+            for op in ("=", ">=", "<="):
+                for name, read in appended.items():
+                    want = sorted(without_stats[name](column, op, value))
+                    got = sorted(read(column, op, value))
+                    skipped = [r for r in every if r["id"] in set(want) - set(got)]
+                    # DataFusion orders NaN after every number, but prunes by the Parquet footer's min and max,
+                    # which leave NaN out (the Parquet format's rule, pyarrow's and delta-rs's writers alike)
+                    assert not skipped or (name == "datafusion" and all(r[column] != r[column] for r in skipped)), \
+                        f"{name}: {column} {op} {value!r} skipped {[r['id'] for r in skipped]}"
+                    # pyarrow compares with a NaN as true where a file's statistics bound the column (delta-rs's
+                    # own files alike): the rows it reads are a reader's matter, not the statistics'
+                    assert got == want or value != value or skipped, \
+                        f"{name}: {column} {op} {value!r} gave {got}, without statistics {want}"
+                    checked += 1
+                if op == "=" and value == value:
+                    assert want, f"{column} = {value!r} found nothing at all"
+    assert checked >= len(KINDS.names) * 3 * 3
+
+
+def kv_table(root: Path) -> tuple[str, pa.Schema]:
+    schema = pa.schema([("id", pa.int64()), ("v", pa.string()), ("_cdc_deleted", pa.bool_())])
+    return new_table(root, schema), schema
+
+
+def kv_rows(ids, v: str = "w") -> list[dict]:
+    return [{"id": i, "v": v, "_cdc_deleted": False} for i in ids]
+
+
+def merge_one(table: DeltaTable, key: int, schema: pa.Schema):
+    """A MERGE of one row as the sink runs it (key range in the condition, newer rows update, new keys insert)."""
+    source = pa.Table.from_pylist(kv_rows([key], "merged"), schema=schema)
+    return table.merge(source, f"t.id = s.id AND t.id >= {key} AND t.id <= {key}", source_alias="s",
+                       target_alias="t").when_matched_update_all().when_not_matched_insert_all().execute()
+
+
+def test_readers_before_an_append_conflict_with_it_and_it_with_any_newer_commit(tmp_path):
+    """MERGE, tombstoning update and compaction that read the table before an append commit after it only where
+    they cannot miss its rows; an append checked on an older version than the newest never commits on it."""
+    uri, schema = kv_table(tmp_path)
+    assert append(tmp_path, "t", schema, window_files(tmp_path, "t", schema, kv_rows(range(10))), ("w0", 1)) \
+        == "appended"
+    merge_before, update_before, disjoint_before, compact_before = (DeltaTable(uri) for _ in range(4))
+    assert append(tmp_path, "t", schema, window_files(tmp_path, "t", schema, kv_rows(range(100, 110))),
+                  ("w1", 1)) == "appended"
+
+    # a MERGE of an appended key, read before the append: would insert the key a second time
+    with pytest.raises(CommitFailedError):
+        merge_one(merge_before, 105, schema)
+    # tombstoning every live row (a truncate), read before the append: would leave the appended rows live
+    with pytest.raises(CommitFailedError):
+        update_before.update(updates={"_cdc_deleted": "true"}, predicate="NOT _cdc_deleted AND id >= 0")
+    # a MERGE of a key outside the appended range has nothing to miss: it commits
+    merge_one(disjoint_before, 5, schema)
+    # compaction rewrites what it read (no data change) and leaves the appended files alone
+    compact_before.optimize.compact()
+    assert keys(uri) == [*range(10), *range(100, 110)]
+
+    # an append checked on a version older than the newest is refused whatever committed meanwhile (a MERGE,
+    # an update, a compaction), and checked again on the newest
+    other = iter(range(300, 400, 10))
+    writers = {"append": lambda t: append(tmp_path, "t", schema, window_files(tmp_path, "t", schema, kv_rows(
+                   range(low := next(other), low + 5))), (f"other {low}", 1)),
+               "merge": lambda t: merge_one(t, 7, schema),
+               "update": lambda t: t.update(updates={"v": "'u'"}, predicate="id = 3"),
+               "compact": lambda t: (merge_one(t, 8, schema), DeltaTable(uri).optimize.compact())}
+    for n, (name, write) in enumerate(writers.items()):
+        low = 1000 + 10 * n  # above every key: a compacted file spans all keys below it
+        files = window_files(tmp_path, "t", schema, kv_rows(range(low, low + 5)))
+        checked = DeltaTable(uri)
+        write(DeltaTable(uri))
+        with pytest.raises(Exception) as refused:  # noqa: PT011 - delta-rs's own error, asserted next
+            checked.create_write_transaction([f.add_action() for f in files], "append", checked.schema(),
+                                             commit_properties=CommitProperties(max_commit_retries=0))
+        assert is_conflict(refused.value), f"after a {name}: {refused.value!r}"
+        stale, opened = DeltaTable(uri), []
+        write(DeltaTable(uri))
+
+        def open_table(stale=stale, opened=opened):
+            opened.append(1)
+            return stale if len(opened) == 1 else DeltaTable(uri)
+
+        outcome = append_files(open_table, files, window_ranges(files, ["id"], schema), (f"c{n}", 1), name,
+                               refuse=lambda d: False)
+        assert (outcome, len(opened)) == ("appended", 2), f"after a {name}"
+    table = DeltaTable(uri).to_pyarrow_table()
+    ids = table.column("id").to_pylist()
+    assert len(ids) == len(set(ids)), "a key has two rows"
+    assert set(ids) == {*range(10), *range(100, 110), *range(300, 305), *range(310, 315),
+                        *(k for low in range(1000, 1040, 10) for k in range(low, low + 5))}
+
+    # a file without statistics (a NaN or infinity in it) is appended only to a table without files; a MERGE that
+    # read the empty table conflicts with it, as delta-rs cannot tell which keys the file holds
+    empty = new_table(tmp_path, schema, "e")
+    merge_before = DeltaTable(empty)
+    unknown = [replace(f, stats=json.dumps({"numRecords": 10}))
+               for f in window_files(tmp_path, "e", schema, kv_rows(range(10)))]
+    assert append(tmp_path, "e", schema, unknown, ("w", 1)) == "appended"
+    with pytest.raises(CommitFailedError):
+        merge_one(merge_before, 5, schema)
+    assert keys(empty) == list(range(10))
+
+
+def test_refused_and_replayed_appends_leave_nothing(tmp_path):
+    """An append a newer commit makes overlap falls back without a trace (its files deleted); a replayed window
+    commits nothing; files of an append that never committed are invisible, and a full VACUUM removes them."""
+    uri, schema = kv_table(tmp_path)
+    files = window_files(tmp_path, "t", schema, kv_rows(range(10)))
+    assert append(tmp_path, "t", schema, files, ("w0", 3)) == "appended"
+    version, on_disk = DeltaTable(uri).version(), data_files(uri)
+    again = window_files(tmp_path, "t", schema, kv_rows(range(10)))
+    assert append(tmp_path, "t", schema, again, ("w0", 3)) == "committed before"
+    delete_unreferenced(Storage(str(tmp_path)), "t", DeltaTable(uri), again)
+    assert DeltaTable(uri).version() == version and data_files(uri) == on_disk
+
+    # checked on a version without key 15, which a MERGE commits before the append: the append must not commit
+    checked = DeltaTable(uri)
+    merge_one(DeltaTable(uri), 15, schema)
+    overlapping = window_files(tmp_path, "t", schema, kv_rows(range(10, 20)))
+    assert append(tmp_path, "t", schema, overlapping, ("w1", 3), opened=[checked]) == "may overlap"
+    delete_unreferenced(Storage(str(tmp_path)), "t", DeltaTable(uri), overlapping)
+    assert not {f.path for f in overlapping} & data_files(uri)
+    assert keys(uri) == [*range(10), 15]
+
+    # an attempt that died between its files and its commit: readers never see the file
+    orphan = window_files(tmp_path, "t", schema, kv_rows(range(50, 60)))
+    assert keys(uri) == [*range(10), 15]
+    assert DeltaTable(uri).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=True) == [], \
+        "a default (lite) VACUUM is not what removes a dead attempt's files"
+    assert DeltaTable(uri).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=True,
+                                  full=True) == [orphan[0].path]
+    txns = [json.loads(line)["txn"] for f in sorted((Path(uri) / "_delta_log").glob("*.json"))
+            for line in f.open() if '"txn"' in line]
+    assert [t["appId"] for t in txns] == ["w0"], f"application transactions committed: {txns}"
+
+
+def test_key_column_without_statistics_falls_back_instead_of_failing(tmp_path):
+    """A table whose statistics leave out the key column (``delta.dataSkippingStatsColumns``, or a key past the
+    32nd column): its first window appends (the table has no file), every later one MERGEs, none fails."""
+    schema = pa.schema([("id", pa.int64()), ("v", pa.string()), ("_cdc_deleted", pa.bool_())])
+    uri = new_table(tmp_path, schema, configuration={"delta.dataSkippingStatsColumns": "v"})
+    first = window_files(tmp_path, "t", schema, kv_rows(range(10)))
+    assert "id" not in json.loads(first[0].stats)["minValues"]
+    assert window_ranges(first, ["id"], schema) == {}
+    assert append(tmp_path, "t", schema, first, ("w0", 1)) == "appended"
+    second = window_files(tmp_path, "t", schema, kv_rows(range(100, 110)))
+    assert append(tmp_path, "t", schema, second, ("w1", 1)) == "may overlap"
+    assert keys(uri) == list(range(10))
+
+
+def test_a_truncate_read_before_an_append_conflicts_with_it(tmp_path):
+    """The sink's tombstoning of a TRUNCATE (rows older than it, by their version columns), read before an append
+    of a window read earlier than the truncate: committing after the append would leave the window's rows live."""
+    schema = pa.schema([("id", pa.int64()), ("_cdc_file_seq", pa.int64()), ("_cdc_pos", pa.int64()),
+                        ("_cdc_row", pa.int32()), ("_cdc_deleted", pa.bool_())])
+    uri = new_table(tmp_path, schema)
+    rows = [{"id": i, "_cdc_file_seq": 1, "_cdc_pos": 390, "_cdc_row": -1, "_cdc_deleted": False} for i in range(5)]
+    assert append(tmp_path, "t", schema, window_files(tmp_path, "t", schema, rows), ("w0", 1)) == "appended"
+    truncate_before = DeltaTable(uri)
+    later = [{**r, "id": r["id"] + 100} for r in rows]
+    assert append(tmp_path, "t", schema, window_files(tmp_path, "t", schema, later), ("w1", 1)) == "appended"
+    tombstone = {"_cdc_deleted": "true"}
+    with pytest.raises(CommitFailedError):
+        truncate_before.update(updates=tombstone, predicate=f"NOT _cdc_deleted AND {older_than(None, (1, 500, 0))}")
+    DeltaTable(uri).update(updates=tombstone, predicate=f"NOT _cdc_deleted AND {older_than(None, (1, 500, 0))}")
+    assert not DeltaTable(uri).to_pyarrow_table(filters=[("_cdc_deleted", "=", False)]).num_rows
+
+
+@pytest.mark.parametrize("created", ["by the sink", "before the sink set statistics columns"])
+def test_sink_tables_leave_columns_delta_rs_misstates_out_of_statistics(tmp_path, created):
+    """delta-rs's own writer (a MERGE, a compaction) states a decimal's min and max through a float or an int64,
+    which misses a row of a decimal wider than that (BIGINT UNSIGNED's max above all): the sink's tables leave
+    such columns out of statistics, from their creation, or from the next prepare of an older table (whose files'
+    statistics of them readers then ignore), so every reader finds every row of them, before and after a
+    compaction."""
+    import pyarrow.parquet as pq
+
+    from airflow_cdc_provider.core.chunks import TableId
+    from airflow_cdc_provider.sinks.base import SinkConfig
+    from airflow_cdc_provider.sinks.delta import DeltaSink, table_schema, unsafe_stats_columns
+    from airflow_cdc_provider.sinks.types import TableSinkTypes
+    from airflow_cdc_provider.source.schema import Column, TableSchema
+
+    def column(name, kind, column_type=None, precision=None, scale=None):
+        return Column(name, kind, column_type or kind, True, None, None, None, precision, scale, None)
+
+    types = TableSinkTypes.of(TableSchema(TableId.parse("db.t"), (
+        column("id", "int"), column("u", "bigint", "bigint(20) unsigned"),
+        column("wide", "decimal", "decimal(30,10)", 30, 10), column("money", "decimal", "decimal(12,2)", 12, 2),
+        column("name", "varchar")), ("id",), ("id",)))
+    sink = DeltaSink(SinkConfig(type="delta", path=str(tmp_path / "delta")), {})
+    uri = sink.layout.table_uri("db.t")
+    assert unsafe_stats_columns(table_schema(types)) == ["u", "wide"]
+    if created == "by the sink":
+        sink.prepare(types)
+    else:
+        DeltaTable.create(uri, table_schema(types), configuration={"delta.enableChangeDataFeed": "true"})
+
+    top, wide = Decimal("18446744073709551615"), Decimal("12345678901234567890.1234567891")
+    rows = [{"id": i, "u": Decimal(i), "wide": Decimal(i), "money": Decimal(i), "name": f"n{i}"} for i in range(4)]
+    rows[1].update(u=top, wide=wide, money=Decimal("9999999999.99"))
+    rows[2].update(u=Decimal("9223372036854775808"), wide=-wide)
+    data = pa.schema([("id", pa.int32()), ("u", pa.decimal128(20, 0)), ("wide", pa.decimal128(30, 10)),
+                      ("money", pa.decimal128(12, 2)), ("name", pa.string())])
+    meta = [("_cdc_op", pa.string()), ("_cdc_ts_ms", pa.int64()), ("_cdc_file_seq", pa.int64()),
+            ("_cdc_pos", pa.int64()), ("_cdc_row", pa.int32()), ("_cdc_deleted", pa.bool_()),
+            ("_cdc_chunk", pa.string())]
+    for batch_id, part in enumerate((rows[:2], rows[2:])):  # two stream batches: two MERGE-written files
+        staged = sink.layout.staging_dir("db.t")
+        sink.layout.storage.fs.makedirs(sink.layout.storage.path(staged), exist_ok=True)
+        changes = [{**r, "_cdc_op": "c", "_cdc_ts_ms": 1, "_cdc_file_seq": 1, "_cdc_pos": 10 + r["id"],
+                    "_cdc_row": 0, "_cdc_deleted": False, "_cdc_chunk": None} for r in part]
+        pq.write_table(pa.Table.from_pylist(changes, schema=pa.schema([*data, *meta])),
+                       sink.layout.storage.path(staged) + "/part-0.parquet")
+        sink.commit_changes(types, staged, ("airflow-cdc:db.t:stream:q", batch_id))
+
+    sink.prepare(types, evolve=True)  # a later snapshot's (the first one's, for an older table)
+    assert "u" not in stats_columns(DeltaTable(uri)) and "money" in stats_columns(DeltaTable(uri))
+    version = DeltaTable(uri).version()
+    sink.prepare(types)
+    assert DeltaTable(uri).version() == version, "a prepare of a table as wanted commits nothing"
+    for when in ("merged", "compacted"):
+        if when == "compacted":
+            DeltaTable(uri).optimize.compact()
+        # readers take a file's statistics of the table's statistics columns only (an older file's too)
+        live = pa.table(DeltaTable(uri).get_add_actions(flatten=True)).to_pylist()
+        assert live and all("max.u" not in a and "max.wide" not in a and a["max.money"] is not None for a in live)
+        every = readers(uri, table_schema_of(uri))
+        for c, value in (("u", top), ("u", Decimal("9223372036854775808")), ("wide", wide), ("wide", -wide),
+                         ("money", Decimal("9999999999.99"))):
+            want = sorted(r["id"] for r in rows if r[c] == value)
+            for name, read in every.items():
+                assert sorted(read(c, "=", value)) == want, f"{when}: {name}: {c} = {value} missed a row"
+
+
+def table_schema_of(uri: str) -> pa.Schema:
+    return pa.schema(DeltaTable(uri).schema().to_arrow())
