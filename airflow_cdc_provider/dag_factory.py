@@ -2,6 +2,9 @@
 
     validate_source >> plan_chunks >> snapshot_chunk[mapped] >> collect_watermarks >> binlog_retention >> stream
 
+A delta pipeline with ``sink.maintenance`` also gets ``<dag_id>_maintenance`` (``build_maintenance_dag``): one
+task compacting and vacuuming its tables on the maintenance schedule.
+
 Generated DAGs run one at a time (``max_active_runs=1``, ``catchup=False``): a run snapshots the tables
 that have no finished snapshot (all of them the first time, none later, or those named in
 ``dag_run.conf["resnapshot"]``) and then streams the binlog from where the last run stopped.
@@ -68,6 +71,7 @@ def doc_md(cfg: PipelineConfig) -> str:
 def build_dag(path: str | Path, cfg: PipelineConfig | None = None):
     from airflow.sdk import DAG
 
+    from airflow_cdc_provider.operators.assets import sink_alias
     from airflow_cdc_provider.operators.collect import CollectWatermarksOperator
     from airflow_cdc_provider.operators.plan import PlanChunksOperator, ValidateSourceOperator
     from airflow_cdc_provider.operators.snapshot import CHUNK_LABEL_TEMPLATE, SnapshotChunkOperator
@@ -78,6 +82,7 @@ def build_dag(path: str | Path, cfg: PipelineConfig | None = None):
     config = str(Path(path).resolve())
     spark = spark_kwargs(cfg)
     connect_conn_id = cfg.spark.connect_conn_id  # opt-in: chunk tasks and available_now streams
+    sink_tables = sink_alias(cfg.dag_id)  # the asset events of the sink tables a task completed go through it
     with DAG(
         dag_id=cfg.dag_id,
         description=cfg.description,
@@ -97,12 +102,62 @@ def build_dag(path: str | Path, cfg: PipelineConfig | None = None):
             map_index_template=CHUNK_LABEL_TEMPLATE, connect_conn_id=connect_conn_id,
             **spark,
         ).expand(chunk=plan.output)
-        collect = CollectWatermarksOperator(task_id="collect_watermarks", config=config, trigger_rule="none_failed")
+        collect = CollectWatermarksOperator(task_id="collect_watermarks", config=config, trigger_rule="none_failed",
+                                            outlets=[sink_tables])
         retention = BinlogRetentionSensor(task_id="binlog_retention", config=config)
         stream = BinlogStreamOperator(task_id="stream", config=config, connect_conn_id=connect_conn_id,
-                                      deferrable=cfg.stream.deferrable, **spark)
+                                      deferrable=cfg.stream.deferrable, outlets=[sink_tables], **spark)
         validate >> plan >> snapshot >> collect >> retention >> stream
     return dag
+
+
+def maintenance_settings(cfg: PipelineConfig):
+    """The pipeline's ``sink.maintenance`` section, or None (no maintenance DAG)."""
+    return getattr(cfg.sink, "maintenance", None)
+
+
+def build_maintenance_dag(path: str | Path, cfg: PipelineConfig):
+    """``<dag_id>_maintenance``: compaction and VACUUM of a delta pipeline's tables.
+
+    A DAG of its own rather than a task of the CDC DAG: maintenance runs on its own schedule (daily, say) while
+    the CDC DAG runs hourly or holds one never-ending run in continuous mode, where a task after the stream would
+    never start; its runs, failures and retries show apart from the pipeline's, and it can be paused or triggered
+    alone. It may run beside the CDC DAG: compaction and the MERGEs retry each other's commit conflicts, and
+    VACUUM keeps every file younger than its retention."""
+    from airflow.sdk import DAG
+
+    from airflow_cdc_provider.operators.maintenance import DeltaMaintenanceOperator
+    from airflow_cdc_provider.sinks.delta_maintenance import MAINTENANCE_DAG_SUFFIX
+
+    settings = maintenance_settings(cfg)
+    hours = settings.vacuum_retention_hours
+    steps = ("z-order by key" if settings.z_order else "compaction" if settings.compact else None,
+             f"VACUUM of files unreferenced for {hours} h" if hours is not None else None)
+    with DAG(
+        dag_id=cfg.dag_id + MAINTENANCE_DAG_SUFFIX,
+        description=f"Compaction and VACUUM of the Delta tables of {cfg.dag_id}",
+        schedule=settings.schedule,
+        start_date=DEFAULT_START,
+        catchup=False,
+        max_active_runs=1,
+        default_args=_default_args(cfg),
+        tags=[*cfg.tags, "maintenance"],
+        doc_md=(f"### Maintenance of `{cfg.dag_id}`\n\n{', '.join(s for s in steps if s) or 'Nothing'} for every "
+                f"captured table's Delta table; defined in `{cfg.path}` (`sink.maintenance`). By hand: "
+                "`airflow-cdc maintain <this yaml>`."),
+        auto_register=False,
+    ) as dag:
+        DeltaMaintenanceOperator(task_id="maintain_delta_tables", config=str(Path(path).resolve()))
+    return dag
+
+
+def pipeline_dags(path: str | Path, cfg: PipelineConfig) -> dict[str, Any]:
+    """The DAGs of one pipeline file by dag id: the CDC DAG, and its maintenance DAG when configured."""
+    dags = {cfg.dag_id: build_dag(path, cfg)}
+    if maintenance_settings(cfg) is not None:
+        maintenance = build_maintenance_dag(path, cfg)
+        dags[maintenance.dag_id] = maintenance
+    return dags
 
 
 def pipelines_folder(default: str | Path | None = None) -> Path:
@@ -122,18 +177,26 @@ def _load(folder: str | Path | None, build: bool = True) -> tuple[dict[str, Any]
     for path in sorted([*d.glob("*.yaml"), *d.glob("*.yml")]):
         try:
             cfg = load_config(path)
-            dag = build_dag(path, cfg) if build else None
+            built = pipeline_dags(path, cfg) if build else dict.fromkeys(_dag_ids(cfg))
         except ConfigError as exc:
             errors.append(str(exc))
         except Exception as exc:  # noqa: BLE001 - one broken pipeline must not hide the others
             errors.append(f"{path}: {type(exc).__name__}: {exc}")
         else:
-            if cfg.dag_id in dags:
-                errors.append(f"{path}: dag_id {cfg.dag_id!r} is already used by another pipeline file; "
+            taken = [dag_id for dag_id in built if dag_id in dags]
+            if taken:
+                errors.append(f"{path}: dag_id {taken[0]!r} is already used by another pipeline file; "
                               "set a unique dag_id")
             else:
-                dags[cfg.dag_id] = dag
+                dags.update(built)
     return dags, errors
+
+
+def _dag_ids(cfg: PipelineConfig) -> list[str]:
+    """The ids of the DAGs ``pipeline_dags`` builds for ``cfg``, without building them."""
+    from airflow_cdc_provider.sinks.delta_maintenance import MAINTENANCE_DAG_SUFFIX
+
+    return [cfg.dag_id, *([cfg.dag_id + MAINTENANCE_DAG_SUFFIX] if maintenance_settings(cfg) is not None else [])]
 
 
 def load_pipeline_dags(folder: str | Path | None = None) -> dict[str, Any]:

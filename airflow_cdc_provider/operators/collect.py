@@ -7,6 +7,7 @@ from typing import Any, Sequence
 from airflow.sdk import BaseOperator
 
 from airflow_cdc_provider.core.reports import ChunkReport
+from airflow_cdc_provider.operators.assets import emit_table_events
 from airflow_cdc_provider.pipeline.collect import collect_watermarks
 from airflow_cdc_provider.pipeline.resolve import load_pipeline
 from airflow_cdc_provider.state.records import TablePlan
@@ -36,7 +37,10 @@ class CollectWatermarksOperator(BaseOperator):
 
         ti = context["ti"]
         plan = {t: TablePlan.from_dict(p) for t, p in (ti.xcom_pull(task_ids=self.plan_task_id, key="plan") or {}).items()}
-        pulled = ti.xcom_pull(task_ids=self.snapshot_task_id, map_indexes=None) if plan else []
+        # every map index's reports; map_indexes=None would ask for an unmapped task's and log "XCom not found"
+        pulled = ti.xcom_pull(task_ids=self.snapshot_task_id) if plan else []
+        if isinstance(pulled, dict):  # an unmapped snapshot task's single return value
+            pulled = [pulled]
         reports = [ChunkReport.from_dict(r) for item in (pulled or []) if item
                    for r in (item if isinstance(item, list) else [item])]
         p = load_pipeline(self.config)
@@ -48,4 +52,8 @@ class CollectWatermarksOperator(BaseOperator):
             self.log.info("nothing was snapshotted in this run and the pipeline has no stream seed yet")
             return {"start": None, "tables": [], "snapshotted": []}
         self.log.info("stream seed: start %s, %d table(s)", seed.start, len(seed.tables))
+        # a table's snapshot is in the sink as a whole only now (its epoch made current): its asset event
+        emit_table_events(self, context, p.sink, {
+            table: {"kind": "snapshot", "epoch": tp.epoch, "rows": sum(r.rows for r in reports if r.table == table)}
+            for table, tp in plan.items()})
         return {"start": seed.start.to_dict(), "tables": sorted(seed.tables), "snapshotted": sorted(plan)}

@@ -12,4 +12,8 @@ class SparkUILink(BaseOperatorLink):
     name = "Spark UI"
 
     def get_link(self, operator, *, ti_key) -> str:
-        return XCom.get_value(ti_key=ti_key, key=SPARK_UI_XCOM_KEY) or ""
+        # get_all answers "none" quietly; a single-value read of an absent key (a stream task that launched no
+        # job) logs an "XCom not found" error in the task log
+        values = XCom.get_all(key=SPARK_UI_XCOM_KEY, dag_id=ti_key.dag_id, task_id=ti_key.task_id,
+                              run_id=ti_key.run_id)
+        return (values[0] if values else None) or ""

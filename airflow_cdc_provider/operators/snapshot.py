@@ -9,11 +9,15 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 from airflow_cdc_provider.core.chunks import ChunkTask
 from airflow_cdc_provider.operators.frozen_heap import with_frozen_heap
+from airflow_cdc_provider.operators.metrics import emit
 from airflow_cdc_provider.operators.spark_submit import CdcSparkSubmitOperator
+from airflow_cdc_provider.pipeline.metrics import snapshot_metrics
 from airflow_cdc_provider.pipeline.resolve import load_pipeline
 
-CHUNK_LABEL_TEMPLATE = "{{ chunk_label }}"
-"""Pass as ``map_index_template`` in ``.partial()``: the UI then names each mapped task ``db.t [a, b)``."""
+CHUNK_LABEL_TEMPLATE = "{{ task.chunk.label }}"
+"""Pass as ``map_index_template`` in ``.partial()``: the UI then names each mapped task ``db.t [a, b)`` from the
+task's start on (Airflow renders it when the task starts and again when it ends; ``{{ chunk_label }}``, set by
+``execute``, works too, but only once the task has ended)."""
 
 
 class SnapshotChunkOperator(CdcSparkSubmitOperator):
@@ -78,6 +82,7 @@ class SnapshotChunkOperator(CdcSparkSubmitOperator):
         reports = [stored[str(c.table), c.epoch][c.index] for c in task.chunks]
         self.log.info("%s: %d rows, %d window changes applied", task.label, sum(r.rows for r in reports),
                       sum(r.window_events_applied for r in reports))
+        emit(snapshot_metrics(reports), ti.dag_id)
         return [r.to_dict() for r in reports]
 
     def run_on_connect(self, pipeline, spec) -> None:

@@ -12,14 +12,17 @@ from typing import Any, Sequence
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from airflow_cdc_provider.hooks.spark_job import SparkJobHook, process_alive
+from airflow_cdc_provider.operators.assets import emit_table_events
 from airflow_cdc_provider.operators.dag_run import is_backfill
 from airflow_cdc_provider.operators.frozen_heap import with_frozen_heap
 from airflow_cdc_provider.operators.links import SPARK_UI_XCOM_KEY, SparkUILink
+from airflow_cdc_provider.operators.metrics import emit, source_bytes_behind, stream_progress
 from airflow_cdc_provider.operators.spark_submit import CdcSparkSubmitOperator
+from airflow_cdc_provider.pipeline.metrics import StreamMeter
 from airflow_cdc_provider.pipeline.plan import STREAM_SERVER_ID_SLOT
 from airflow_cdc_provider.pipeline.resolve import load_pipeline
 from airflow_cdc_provider.pipeline.stream_watch import ProgressLog, StreamHealth, current_status, judge, lease_alive
-from airflow_cdc_provider.state.records import StreamLaunch, StreamLease
+from airflow_cdc_provider.state.records import StreamLaunch, StreamLease, StreamStatus
 
 STOP_GRACE_SECONDS = 90  # a graceful stop ends the running batch first
 
@@ -58,6 +61,7 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
         self.deferrable = deferrable
         self._connect_job = None
         self._launched: StreamLaunch | None = None
+        self._meter = StreamMeter()  # the metrics this launch's watchers sent so far
         self._state = None
 
     @with_frozen_heap
@@ -105,7 +109,7 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
             self.submit(context)
         status = p.state.read_status()
         context["ti"].xcom_push(key=SPARK_UI_XCOM_KEY, value=(status.ui_url if status else None) or "")
-        return self._ended(p, StreamHealth("ended", "", status))
+        return self._ended(context, p, StreamHealth("ended", "", status))
 
     def job_failure(self, error: str) -> str | None:
         """What the stream job itself reported when it failed (its status), else its output's last exception."""
@@ -210,14 +214,16 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
         if not health.final and self.deferrable:
             from airflow_cdc_provider.triggers.stream import StreamHeartbeatTrigger
 
-            self.defer(trigger=StreamHeartbeatTrigger(p.state.uri, launch.to_dict(), timeout, self.poll_interval),
+            self.defer(trigger=StreamHeartbeatTrigger(p.state.uri, launch.to_dict(), timeout, self.poll_interval,
+                                                      config=self.config, dag_id=p.dag_id,
+                                                      meter=self._meter.to_dict()),
                        method_name="execute_complete")
         if not health.final:
             health = self._watch(p, launch, timeout)
         if health.verdict != "ended":
             self._terminate(launch)
             raise AirflowException(health.message)
-        return self._ended(p, health, launch.launch_id)
+        return self._ended(context, p, health, launch.launch_id)
 
     def _watch(self, p, launch: StreamLaunch, timeout: float, until_started: bool = False) -> StreamHealth:
         progress = ProgressLog()
@@ -226,9 +232,11 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
                            alive=SparkJobHook.alive(launch))
             if health.final or (until_started and current_status(health.status, launch)):
                 return health
-            line = progress.line(health.status, time.time())
-            if line:
-                self.log.info(line)
+            if health.status is not None:
+                line, metrics = stream_progress(progress, self._meter, health.status, time.time(), p.source)
+                if line:
+                    self.log.info(line)
+                emit(metrics, p.dag_id)
             time.sleep(1.0 if until_started else self.poll_interval)
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
@@ -237,13 +245,14 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
         p = load_pipeline(self.config)
         self._state = p.state
         health = StreamHealth.from_dict(event)
+        self._meter = StreamMeter.from_dict(event.get("meter"))  # what the trigger counted
         launch = p.state.read_launch()
         if health.verdict != "ended":
             self._terminate(launch)
             raise AirflowException(health.message)
-        return self._ended(p, health, launch.launch_id if launch else None)
+        return self._ended(context, p, health, launch.launch_id if launch else None)
 
-    def _ended(self, p, health: StreamHealth, launch_id: str | None = None) -> dict[str, Any]:
+    def _ended(self, context: Any, p, health: StreamHealth, launch_id: str | None = None) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
         p.state.delete_launch()
@@ -255,7 +264,22 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
                                        "log above")
         self.log.info("stream %s: %s rows emitted in %s batches, last offset %s", status.state,
                       status.rows_emitted, status.batches, status.last_offset)
+        self._report_ended(context, p, status)
         return status.to_dict()
+
+    def _report_ended(self, context: Any, p, status: StreamStatus) -> None:
+        """The stream's last metrics, and an asset event for each table it wrote rows of (the sink holds them
+        now that the task succeeds)."""
+        try:
+            behind = source_bytes_behind(p.source, status.last_offset)
+        except Exception as exc:  # noqa: BLE001 - the stream's work is done; only a gauge is missing
+            self.log.warning("binlog bytes behind not measured: %s: %s", type(exc).__name__, exc)
+            behind = None
+        emit(self._meter.observe(status, behind), p.dag_id)
+        offset = f"{status.last_offset.file}:{status.last_offset.pos}" if status.last_offset else None
+        emit_table_events(self, context, p.sink, {
+            table: {"kind": "stream", "rows": rows, "batches": status.batches, "offset": offset}
+            for table, rows in status.rows_by_table.items() if rows})
 
     def _terminate(self, launch: StreamLaunch | None) -> None:
         """Graceful first (a stop request in the state store, SIGTERM to a local spark-submit), then after

@@ -107,6 +107,7 @@ class BatchWriter:
         self.state_path = spec.state_path
         self.publish = publish
         self.rows_emitted = 0
+        self.rows_by_table: dict[str, int] = {}
         self.batches = 0
         self.last_batch_id: int | None = None
         self.last_event_ms = 0  # commit time of the newest change written (for the lag while behind)
@@ -116,8 +117,8 @@ class BatchWriter:
         return {**self.__dict__, "_sink": None}
 
     def totals(self) -> dict[str, Any]:
-        return {"rows_emitted": self.rows_emitted, "batches": self.batches, "batch_id": self.last_batch_id,
-                "last_event_ms": self.last_event_ms}
+        return {"rows_emitted": self.rows_emitted, "rows_by_table": dict(self.rows_by_table), "batches": self.batches,
+                "batch_id": self.last_batch_id, "last_event_ms": self.last_event_ms}
 
     def __call__(self, batch_df, batch_id: int) -> None:
         t0 = time.monotonic()
@@ -127,6 +128,8 @@ class BatchWriter:
         counts, newest = write(batch_df, batch_id, t0)
         self.last_event_ms = max(self.last_event_ms, newest)
         self.rows_emitted += sum(counts.values())
+        for table, rows in counts.items():
+            self.rows_by_table[table] = self.rows_by_table.get(table, 0) + rows
         self.batches += 1
         self.last_batch_id = batch_id
         if self.publish:
@@ -272,7 +275,8 @@ class StreamJob:
         self.store.write_status(StreamStatus(
             state=state, mode=self.mode, launch_id=self.spec.launch_id, pid=os.getpid(),
             last_offset=BinlogOffset.from_dict(end) if end else None, lag_seconds=round(lag, 3),
-            rows_emitted=totals["rows_emitted"], batches=totals["batches"], batch_id=totals["batch_id"], error=error,
+            rows_emitted=totals["rows_emitted"], rows_by_table=totals.get("rows_by_table") or {},
+            batches=totals["batches"], batch_id=totals["batch_id"], error=error,
             **self._app))
 
     # -- run -----------------------------------------------------------------------------------------

@@ -188,6 +188,7 @@ class StreamStatus:
     last_offset: BinlogOffset | None = None  # the last batch's end: where a restart resumes
     lag_seconds: float = 0.0
     rows_emitted: int = 0
+    rows_by_table: dict[str, int] = field(default_factory=dict)  # rows emitted per table by this launch
     batches: int = 0
     batch_id: int | None = None
     app_id: str | None = None
