@@ -2,7 +2,7 @@
 
     python bench/run.py [--rows 1000000,5000000,10000000] [--tables 10x100000] [--changes 200000]
                         [--latency-seconds 60] [--memory-changes 1000000]
-                        [--only snapshot,tables,catchup,latency,memory]
+                        [--only snapshot,tables,catchup,latency,memory] [--sinks parquet,jdbc,delta]
 
 Everything runs on this machine: a private MariaDB (binlog ROW/FULL) with sysbench tables, a private
 PostgreSQL for the JDBC sink, Airflow (SQLite) running the real generated DAG with ``dag.test()``, and Spark
@@ -28,7 +28,14 @@ PostgreSQL for the JDBC sink, Airflow (SQLite) running the real generated DAG wi
 * latency: continuous mode at a fixed sysbench rate; commit-to-sink delay of probe rows (committed with a
   client timestamp, seen in the sink by a 50 ms poller), p50/p99;
 * memory: peak RSS of the Spark driver (JVM) and the Python processes (driver + workers), sampled every 0.2 s
-  from /proc, during the largest snapshot and during a large catch-up.
+  from /proc (this bench's processes only), during each snapshot and during a large catch-up;
+* the delta sink (``--sinks ... delta``, on by default): each snapshot size and each catch-up again with
+  ``sink: {type: delta}``, right after the parquet run on the same table and binlog (never at the same time),
+  compared with the parquet run: snapshot phase time (goal <= 1.2x), catch-up throughput (goal >= 0.8x),
+  where the snapshot's window work went (the chunk jobs' window lines: read and staged, then the sink's
+  write, for the delta sink the delta-rs MERGE on the driver), and the peak RSS of the Spark driver's JVM and
+  of its Python driver process (where delta-rs runs) in both sinks' runs, with how much it grows from the
+  smallest to the largest snapshot (``FLAT_IN_ROWS``).
 
 Our spark-submits map the JVM class archives of their jobs (``airflow_cdc_provider.spark.launch.class_archive``), which
 the first job of each kind on a machine dumps. The bench keeps them in its work directory and dumps them
@@ -104,13 +111,17 @@ class Results:
 
 
 class RssSampler(threading.Thread):
-    """Peak resident memory of Spark's JVMs and of the Python processes under them (driver, workers)."""
+    """Peak resident memory of Spark's JVMs and of the Python processes under them (driver, workers), and of
+    the Python drivers alone (the processes running a ``spark_jobs/`` script: where a sink's driver-side work,
+    such as the delta sink's delta-rs MERGE, runs)."""
 
     def __init__(self, interval: float = 0.2) -> None:
         super().__init__(daemon=True)
         self.interval = interval
         self.peak_jvm = 0
         self.peak_python = 0
+        self.peak_driver = 0
+        self.root = os.getpid()
         self._halt = threading.Event()
 
     def run(self) -> None:
@@ -127,27 +138,34 @@ class RssSampler(threading.Thread):
                 except (OSError, StopIteration):
                     continue
                 procs[int(pid)] = (cmd, rss, ppid)
-            # a Spark Connect server idling for other runs (and its Python workers) is not the run sampled
+            # only this bench's processes (others may run Spark on the machine), and not a Spark Connect server
+            # idling for other runs (nor its Python workers): it is not the run sampled
             servers = {pid for pid, (cmd, _, _) in procs.items() if b"SparkConnectServer" in cmd}
 
-            def served(pid: int) -> bool:
+            def sampled(pid: int) -> bool:
                 seen = set()
                 while pid in procs and pid not in seen:
                     if pid in servers:
+                        return False
+                    if pid == self.root:
                         return True
                     seen.add(pid)
                     pid = procs[pid][2]
                 return False
 
-            jvm = py = 0
+            jvm = py = driver = 0
             for pid, (cmd, rss, _) in procs.items():
-                if served(pid):
+                if not sampled(pid):
                     continue
                 if b"org.apache.spark.deploy.SparkSubmit" in cmd:
                     jvm += rss
-                elif b"pyspark.daemon" in cmd or b"pyspark.sql" in cmd or b"spark_jobs/" in cmd:
+                elif b"pyspark.daemon" in cmd or b"pyspark.sql" in cmd:
                     py += rss
+                elif b"spark_jobs/" in cmd:
+                    py += rss
+                    driver += rss
             self.peak_jvm, self.peak_python = max(self.peak_jvm, jvm), max(self.peak_python, py)
+            self.peak_driver = max(self.peak_driver, driver)
 
     def __enter__(self) -> "RssSampler":
         self.start()
@@ -160,6 +178,31 @@ class RssSampler(threading.Thread):
 
 def mib(n: int) -> str:
     return f"{n / 2**20:.0f} MiB"
+
+
+def driver_peaks(sampler: RssSampler) -> str:
+    return f"{sampler.peak_jvm / 2**20:.0f} / {sampler.peak_driver / 2**20:.0f} / {mib(sampler.peak_python)}"
+
+
+# Memory flat in rows: the snapshot's 10x rows (1M -> 10M) grow its peaks by at most this. A Python driver
+# holding a tenth of the rows it writes (sysbench rows: ~190 bytes each in Arrow) would grow from ~210 MiB by
+# ~1.7x; one holding a window's batches only (what the sinks stream) does not grow. The JVM's heap grows lazily
+# up to the driver memory whatever the sink holds (the parquet sink's own JVM peak grows by ~1.4x), so for the
+# JVM the goal is also met at the parquet sink's growth.
+FLAT_IN_ROWS = 1.2
+
+
+def flat_in_rows(results: Results, peaks: dict[int, tuple[RssSampler, RssSampler]]) -> None:
+    """Peak RSS of the largest snapshot over the smallest's, delta sink (ours) and parquet sink (baseline):
+    the Spark driver's JVM, then its Python driver (where delta-rs runs)."""
+    small, large = min(peaks), max(peaks)
+    for what, attr, goal in (("Spark driver JVM", "peak_jvm", f"<= {FLAT_IN_ROWS}x or parquet's"),
+                             ("Python driver (delta-rs MERGE)", "peak_driver", f"<= {FLAT_IN_ROWS}x")):
+        growth = [getattr(peaks[large][i], attr) / max(1, getattr(peaks[small][i], attr)) for i in (0, 1)]
+        ours, base = (f"{getattr(peaks[small][i], attr) / 2**20:.0f} -> {mib(getattr(peaks[large][i], attr))}"
+                      for i in (0, 1))
+        results.add(f"memory flat in rows, delta snapshot: peak RSS of the {what}, {large:,} rows over {small:,}",
+                    ours, f"{base} (parquet: {growth[1]:.2f}x)", f"{growth[0]:.2f}x", goal)
 
 
 class Bench:
@@ -183,8 +226,8 @@ class Bench:
     def pipeline(self, dag_id: str, tables: list[str], sink: str = "parquet", stream: dict | None = None,
                  spark: dict | None = None, snapshot: dict | None = None) -> Path:
         """A pipeline YAML with the default snapshot settings (what a user gets without tuning) but ``snapshot``'s."""
-        sink_yaml = (f"sink:\n  type: parquet\n  path: {self.work / dag_id / 'sink'}\n" if sink == "parquet" else
-                     f"sink:\n  type: jdbc\n  conn_id: bench_pg\n  schema: {dag_id}\n")
+        sink_yaml = (f"sink:\n  type: jdbc\n  conn_id: bench_pg\n  schema: {dag_id}\n" if sink == "jdbc" else
+                     f"sink:\n  type: {sink}\n  path: {self.work / dag_id / 'sink'}\n")
         p = self.work / "pipelines" / f"{dag_id}.yaml"
         p.write_text(f"dag_id: {dag_id}\nsource:\n  conn_id: bench_source\n  tables: {json.dumps(tables)}\n"
                      f"{sink_yaml}state:\n  path: {self.work / dag_id / 'state'}\n"
@@ -279,7 +322,10 @@ class Bench:
         return (self.span(res, SNAPSHOT_TASKS), sum(t["end"] - t["start"] for t in tasks), sum(spark),
                 sum(s for _, _, s in windows), len(tasks), len(reports))
 
-    def snapshot(self, rows: int, sampler: RssSampler | None = None, connect: bool = True) -> None:
+    def snapshot(self, rows: int, sampler: RssSampler | None = None, connect: bool = True,
+                 delta: RssSampler | None = None) -> None:
+        """``delta`` (if given) watches the same snapshot DAG with the delta sink, run on the same table right
+        after the parquet one and compared with it."""
         db = f"snap{rows}"
         print(f"\n== snapshot {rows} rows", flush=True)
         self.prepare(db, rows)
@@ -292,6 +338,10 @@ class Bench:
         self.pipeline(db, [f"{db}.sbtest1"])
         with sampler or contextlib.nullcontext():
             ours, task_time, spark_app, spark_work, tasks, chunks = self.snapshot_dag(db)
+        if delta is not None:
+            self.pipeline(f"{db}_delta", [f"{db}.sbtest1"], sink="delta")
+            with delta:
+                delta_run = self.snapshot_dag(f"{db}_delta")
         self.results.add(f"snapshot {rows:,} rows vs plain Spark JDBC->Parquet", f"{ours:.1f} s", f"{t_plain:.1f} s",
                          f"{ours / t_plain:.2f}x time", "<= 1.2x")
         self.results.add(f"snapshot {rows:,} rows vs mariadb --quick > /dev/null", f"{ours:.1f} s", f"{t_cli:.1f} s",
@@ -312,8 +362,28 @@ class Bench:
                          "throughput collector, our Python launcher, no class-path session extensions)",
                          f"{ours:.1f} s",
                          f"{t_plain_cds:.1f} s", f"{ours / t_plain_cds:.2f}x time", "(reference)")
+        if delta is not None:
+            self.delta_snapshot_lines(db, rows, (ours, task_time, spark_app, spark_work, tasks, chunks), delta_run)
         if connect:
             self.snapshot_on_connect(db, rows, t_plain)
+
+    def delta_snapshot_lines(self, db: str, rows: int, parquet: tuple, delta: tuple) -> None:
+        """The delta sink's snapshot against the parquet sink's (``snapshot_dag`` results of each), and where
+        their window work went (the chunk jobs' window lines: the read, then the sink's write; for the delta
+        sink the read also stages the rows and the write is the delta-rs MERGE on the driver)."""
+        ours, task_time, _, work, tasks, chunks = delta
+        base, base_task_time, _, base_work, _, _ = parquet
+        self.results.add(f"snapshot {rows:,} rows -> delta sink ({tasks} chunk task(s), {chunks} chunks) vs the same "
+                         "DAG -> parquet sink", f"{ours:.1f} s", f"{base:.1f} s", f"{ours / base:.2f}x time",
+                         "<= 1.2x")
+        self.results.add("  same: chunk task time / its watermark-window work, delta vs parquet",
+                         f"{task_time:.1f} / {work:.1f} s", f"{base_task_time:.1f} / {base_work:.1f} s",
+                         f"{work / base_work:.2f}x window work", "(reference)")
+        split, base_split = (window_split(self.work / f"{d}.log") for d in (f"{db}_delta", db))
+        if split and base_split:
+            self.results.add("  same: window work split, read (delta: and staged) + sink write (delta: the delta-rs "
+                             "MERGE on the driver)", f"{split[0]:.1f} + {split[1]:.1f} s",
+                             f"{base_split[0]:.1f} + {base_split[1]:.1f} s", "-", "(where the time goes)")
 
     def snapshot_on_connect(self, db: str, rows: int, t_plain: float) -> None:
         """The same snapshot with ``spark.connect_conn_id``: chunk tasks are sessions of a long-lived Spark
@@ -377,10 +447,12 @@ class Bench:
                          f"over window work {each_work:.1f} s) vs the plain reload", f"{each:.1f} s", f"{t_plain:.1f} s",
                          f"{each / t_plain:.2f}x time", "(reference)")
 
-    def catchup(self, changes: int, sinks=("parquet", "jdbc"), sampler: RssSampler | None = None,
+    def catchup(self, changes: int, sinks=("parquet", "jdbc"), samplers: dict[str, RssSampler] | None = None,
                 connect: bool = False) -> None:
-        """``sampler`` (if any) watches the last sink's catch-up. ``connect``: the same catch-up also with the
-        stream task on a long-lived Spark Connect server (``spark.connect_conn_id``), started before the runs."""
+        """``samplers``: the sinks whose catch-up (stream task by spark-submit) a sampler watches. ``connect``: the
+        same catch-up also with the stream task on a long-lived Spark Connect server (``spark.connect_conn_id``),
+        started before the runs, for the sinks other than delta. A delta catch-up is also compared with the
+        parquet one (``sinks`` then holds both)."""
         db = f"cu{changes}"
         print(f"\n== stream catch-up of {changes} row changes", flush=True)
         self.prepare(db, 100_000)
@@ -389,7 +461,8 @@ class Bench:
             if connect:
                 server = stack.enter_context(PrivateSparkConnect(base_dir=str(self.work / f"connect-{db}")))
                 self.env["AIRFLOW_CONN_BENCH_CONNECT"] = server.connection_uri()
-                variants += [(sink, f"{db}_{sink}_connect", {"connect_conn_id": "bench_connect"}) for sink in sinks]
+                variants += [(sink, f"{db}_{sink}_connect", {"connect_conn_id": "bench_connect"}) for sink in sinks
+                             if sink != "delta"]
             for sink, dag_id, spark in variants:
                 self.pipeline(dag_id, [f"{db}.sbtest1"], sink=sink, stream={"mode": "available_now"}, spark=spark)
                 self.run(dag_id, preload=spark is not None)  # snapshot + an empty stream
@@ -403,7 +476,7 @@ class Bench:
             print(f"  bare python-mysql-replication decode: {decoded} rows in {t_decode:.1f}s", flush=True)
             runs = []
             for sink, dag_id, spark in variants:
-                watched = sampler if (sink, spark) == (sinks[-1], None) else None
+                watched = (samplers or {}).get(sink) if spark is None else None
                 with watched or contextlib.nullcontext():
                     res = self.run(dag_id, preload=spark is not None)
                 stream = next(t for t in res["tis"] if t["task_id"] == "stream")
@@ -416,6 +489,8 @@ class Bench:
             rates = (decoded / t_decode, decoded_after / t_after)
             rate = sum(rates) / 2
             base = f"{rate:,.0f} rows/s (before {rates[0]:,.0f}, after {rates[1]:,.0f})"
+            parquet = next((emitted / t_stream for sink, _, spark, emitted, t_stream in runs
+                            if (sink, spark) == ("parquet", None)), None)
             for sink, dag_id, spark, emitted, t_stream in runs:
                 where = "stream task on Spark Connect (opt-in)" if spark else "stream task"
                 self.results.add(f"catch-up {emitted:,} changes -> {sink} ({where}) vs bare decoder",
@@ -427,6 +502,10 @@ class Bench:
                     self.results.add(f"  same, batches after the first ({batches} batches, {rows:,} rows; no start-up)",
                                      f"{rows / seconds:,.0f} rows/s", base,
                                      f"{(rows / seconds) / rate:.2f}x throughput", "(steady state)")
+                if sink == "delta" and parquet:
+                    self.results.add(f"catch-up {emitted:,} changes -> delta vs -> parquet (stream task, spark-submit, "
+                                     "the same binlog)", f"{emitted / t_stream:,.0f} rows/s", f"{parquet:,.0f} rows/s",
+                                     f"{(emitted / t_stream) / parquet:.2f}x throughput", ">= 0.8x")
 
     def latency(self, seconds: int, rate: int = 500) -> None:
         db = "lat"
@@ -479,6 +558,17 @@ def steady_throughput(dag_log: Path) -> tuple[int, float, int] | None:
     if len(ends) < 2 or ends[-1][0] <= ends[0][0]:
         return None
     return sum(r for _, r in ends[1:]), ends[-1][0] - ends[0][0], len(ends) - 1
+
+
+_WINDOW_LINE = re.compile(r"INFO airflow_cdc\.snapshot: window .*: \d+ rows, \d+ window changes, [\d.]+s "
+                          r"\(select ([\d.]+)s, sink write ([\d.]+)s\)")
+
+
+def window_split(dag_log: Path) -> tuple[float, float] | None:
+    """From the chunk jobs' window lines in the DAG run's log: the seconds of their windows' select (the read,
+    up to the rows staged in the sink) and of their sink write (publishing them), summed."""
+    split = [(float(a), float(b)) for a, b in _WINDOW_LINE.findall(dag_log.read_text(errors="replace"))]
+    return (sum(a for a, _ in split), sum(b for _, b in split)) if split else None
 
 
 def bare_decode(settings: ConnectionSettings, start: BinlogOffset, end: BinlogOffset, schema: str) -> tuple[int, float]:
@@ -552,11 +642,20 @@ def main() -> int:
     ap.add_argument("--memory-changes", type=int, default=1_000_000, help="row changes of the memory catch-up")
     ap.add_argument("--tables", default="10x100000", help="the many-tables snapshot: COUNTxROWS")
     ap.add_argument("--only", default="snapshot,tables,catchup,latency,memory")
+    ap.add_argument("--sinks", default="parquet,jdbc,delta",
+                    help="sinks of the snapshot and catch-up scenarios, any of parquet,jdbc,delta; parquet always runs "
+                         "(the baseline of the others), jdbc in the catch-up, delta in the snapshot, the catch-up and "
+                         "the memory scenario, each right after the parquet run on the same data")
     ap.add_argument("--no-connect", action="store_true",
                     help="skip the snapshot and the catch-up with their tasks on a Spark Connect server")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     args = ap.parse_args()
     only = set(args.only.split(","))
+    sinks = [x for x in args.sinks.split(",") if x]
+    if not set(sinks) <= {"parquet", "jdbc", "delta"} or "parquet" not in sinks:
+        ap.error(f"--sinks {args.sinks!r}: a comma separated list of parquet, jdbc and delta holding parquet "
+                 "(the baseline the other sinks are compared with), e.g. --sinks parquet,delta")
+    delta = "delta" in sinks
     sizes = [int(x) for x in args.rows.split(",") if x]
     work = Path(tempfile.mkdtemp(prefix="airflow-cdc-bench-"))
     print(f"work directory: {work}")
@@ -568,26 +667,45 @@ def main() -> int:
             bench.warm_class_archives()
             memory = "memory" in only
             if "snapshot" in only or memory:
+                peaks: dict[int, tuple[RssSampler, RssSampler]] = {}
                 for rows in sizes:
-                    sampler = RssSampler() if memory else None
-                    bench.snapshot(rows, sampler, connect="snapshot" in only and not args.no_connect)
+                    # with the delta sink both sinks' runs are sampled, alike
+                    sampler = RssSampler() if memory or delta else None
+                    delta_sampler = RssSampler() if delta else None
+                    bench.snapshot(rows, sampler, connect="snapshot" in only and not args.no_connect,
+                                   delta=delta_sampler)
                     if sampler is not None:
                         bench.results.add(f"memory, snapshot of {rows:,} rows: peak RSS JVM / Python",
                                           f"{mib(sampler.peak_jvm)} / {mib(sampler.peak_python)}", "-", "-",
                                           "flat in size")
+                    if delta_sampler is not None:
+                        peaks[rows] = (delta_sampler, sampler)
+                        bench.results.add(f"memory, snapshot of {rows:,} rows -> delta vs -> parquet: peak RSS JVM / "
+                                          "Python driver / all Python", driver_peaks(delta_sampler),
+                                          driver_peaks(sampler), "-", "flat in size")
+                if len(peaks) > 1:
+                    flat_in_rows(bench.results, peaks)
             if "tables" in only:
                 count, rows = (int(x) for x in args.tables.lower().split("x"))
                 bench.many_tables(count, rows)
             for changes, wanted in ((args.changes, "catchup" in only), (args.memory_changes, memory)):
                 if not wanted:
                     continue
-                sampler = RssSampler() if memory else None
-                bench.catchup(changes, sinks=("parquet", "jdbc") if "catchup" in only else ("parquet",), sampler=sampler,
+                compared = [x for x in sinks if x != "delta"] if "catchup" in only else ["parquet"]
+                samplers = {compared[-1]: RssSampler()} if memory else {}
+                if delta:  # right after the others, on the same binlog; both it and parquet's run sampled, alike
+                    samplers = {**samplers, "parquet": samplers.get("parquet", RssSampler()), "delta": RssSampler()}
+                bench.catchup(changes, sinks=(*compared, *(["delta"] if delta else [])), samplers=samplers,
                               connect=changes == args.changes and "catchup" in only and not args.no_connect)
-                if sampler is not None:
+                if memory:
+                    sampler = samplers[compared[-1]]
                     bench.results.add(f"memory, catch-up of {changes:,} changes: peak RSS JVM / Python",
                                       f"{mib(sampler.peak_jvm)} / {mib(sampler.peak_python)}", "-", "-",
                                       "flat in changes")
+                if delta:
+                    bench.results.add(f"memory, catch-up of {changes:,} changes -> delta vs -> parquet: peak RSS JVM "
+                                      "/ Python driver / all Python", driver_peaks(samplers["delta"]),
+                                      driver_peaks(samplers["parquet"]), "-", "flat in changes")
             if "latency" in only:
                 bench.latency(args.latency_seconds)
     finally:
