@@ -1,10 +1,11 @@
 """Schema changes of captured tables through the real jobs, into both sinks, compared row by row with MariaDB.
 
-TRUNCATE and DROP are applied by the stream at their positions; an ALTER (or a table swapped in by an online
-schema change tool's RENAME) holds the table's changes until its re-snapshot, after which the sink equals the
-source column by column, new, renamed and widened columns included; ``schema_changes: fail`` stops before the
-change with nothing of the batch written. Besides the sinks' own readers, the jdbc mirror is read with plain
-SQL and the parquet sink with pyarrow alone.
+TRUNCATE and DROP are applied by the stream at their positions (a kill right after a batch applied one runs
+the batch again); an ALTER (or a table swapped in by an online schema change tool's RENAME) holds the table's
+changes until its re-snapshot, after which the sink equals the source column by column, new, renamed and
+widened columns included; ``schema_changes: fail`` stops before the change with nothing of the batch written.
+Each kind of change has its own table of one pipeline, so one set of jobs covers them all. Besides the sinks'
+own readers, the jdbc mirror is read with plain SQL and the parquet sink with pyarrow alone.
 """
 
 from __future__ import annotations
@@ -24,11 +25,15 @@ def make_pipeline(source_db, tmp_path, postgres, sink_type, tables=("t", "other"
     return Pipeline(source_db, tmp_path, sink, list(tables), postgres=postgres, chunk_size=chunk_size)
 
 
-def make_tables(db, rows=100):
+def make_tables(db, rows=100, copies=()):
+    """``t`` and ``other``, and ``copies`` of ``t`` with its rows."""
     db.execute("CREATE TABLE t (id INT PRIMARY KEY, name VARCHAR(20) NOT NULL, qty INT)")
     db.execute("CREATE TABLE other (id INT PRIMARY KEY, v INT)")
     db.executemany("INSERT INTO t VALUES (%s, %s, %s)", [(i, f"n{i}", i) for i in range(1, rows + 1)])
     db.executemany("INSERT INTO other VALUES (%s, %s)", [(i, i) for i in range(1, 21)])
+    for name in copies:
+        db.execute(f"CREATE TABLE {name} LIKE t")
+        db.execute(f"INSERT INTO {name} SELECT * FROM t")
 
 
 def snapshot_all(p):
@@ -76,58 +81,68 @@ def assert_sink_equals_source(p, spark, postgres, source_db, sink_type, table):
 
 
 @pytest.mark.parametrize("sink_type", ["parquet", "jdbc"])
-def test_truncate_empties_the_table_at_its_position_and_later_changes_apply(source_db, tmp_path, spark, postgres,
-                                                                             sink_type):
-    make_tables(source_db)
-    p = make_pipeline(source_db, tmp_path, postgres, sink_type)
+def test_truncate_alter_and_drop_each_at_its_position_then_the_held_table_converges_after_its_resnapshot(
+        source_db, tmp_path, spark, postgres, sink_type):
+    """One pipeline, one table per kind of change: ``tr`` truncated, ``t`` altered, ``gone`` dropped, ``other``
+    streaming on beside them."""
+    db = source_db
+    make_tables(db, copies=("tr", "gone"))
+    p = make_pipeline(db, tmp_path, postgres, sink_type, tables=("t", "tr", "gone", "other"))
     snapshot_all(p)
-    source_db.execute("UPDATE t SET qty = -1 WHERE id <= 10")  # pending changes before the truncate
-    source_db.execute("TRUNCATE TABLE t")
-    source_db.executemany("INSERT INTO t VALUES (%s, %s, %s)", [(i, f"after{i}", i) for i in (3, 500, 501)])
-    source_db.execute("UPDATE t SET name = 'changed' WHERE id = 500")
-    source_db.execute("UPDATE other SET v = 0 WHERE id = 1")
-    # several batches (the truncate's and the ones around it); the job is killed right after it applied the
-    # truncate, before the batch commits: the restart runs that batch again
+    gone_types = table_types(db, "gone")
+
+    db.execute("UPDATE tr SET qty = -1 WHERE id <= 10")  # pending changes before the truncate
+    db.execute("TRUNCATE TABLE tr")
+    db.executemany("INSERT INTO tr VALUES (%s, %s, %s)", [(i, f"after{i}", i) for i in (3, 500, 501)])
+    db.execute("UPDATE tr SET name = 'changed' WHERE id = 500")
+    db.execute("UPDATE t SET qty = qty + 1000 WHERE id <= 20")  # still pending when the ALTER comes
+    db.execute("DELETE FROM t WHERE id = 30")
+    db.execute("ALTER TABLE t ADD COLUMN c VARCHAR(5) NOT NULL DEFAULT 'x', "
+               "CHANGE name title VARCHAR(20) NOT NULL, MODIFY qty BIGINT")
+    db.execute("UPDATE t SET qty = 5000000000, c = 'big' WHERE id = 2")
+    db.execute("INSERT INTO t VALUES (1000, 'new', 3000000000, 'y')")
+    db.execute("UPDATE gone SET qty = 0 WHERE id = 1")  # pending when the table goes
+    db.execute("DROP TABLE gone")
+    db.execute("UPDATE other SET v = -5 WHERE id = 2")  # another table keeps streaming
+
+    # several batches; the job is killed right after a batch applied the truncate, before that batch commits:
+    # the restart runs the batch again
     once = tmp_path / "fault-once"
     res = p.stream(max_bytes=2_000, check=False,
                    fault={"point": "after_schema_change", "action": "kill", "once": str(once)})
     assert res.returncode != 0 and once.exists(), "the injected kill did not happen"
-    p.stream(max_bytes=2_000)
-    assert [c.kind for c in p.state.schema_changes()] == ["truncate"]
-    assert_sink_equals_source(p, spark, postgres, source_db, sink_type, "t")
-    assert len(source_rows(source_db, "t")) == 3
-    assert_sink_equals_source(p, spark, postgres, source_db, sink_type, "other")
-
-
-@pytest.mark.parametrize("sink_type", ["parquet", "jdbc"])
-def test_alter_holds_the_table_until_its_resnapshot_then_every_column_converges(source_db, tmp_path, spark, postgres,
-                                                                                sink_type):
-    make_tables(source_db)
-    p = make_pipeline(source_db, tmp_path, postgres, sink_type)
-    snapshot_all(p)
-    source_db.execute("UPDATE t SET qty = qty + 1000 WHERE id <= 20")  # still pending when the ALTER comes
-    source_db.execute("DELETE FROM t WHERE id = 30")
-    source_db.execute("ALTER TABLE t ADD COLUMN c VARCHAR(5) NOT NULL DEFAULT 'x', "
-                      "CHANGE name title VARCHAR(20) NOT NULL, MODIFY qty BIGINT")
-    source_db.execute("UPDATE t SET qty = 5000000000, c = 'big' WHERE id = 2")
-    source_db.execute("INSERT INTO t VALUES (1000, 'new', 3000000000, 'y')")
-    source_db.execute("UPDATE other SET v = -5 WHERE id = 2")  # another table keeps streaming
     p.stream(max_bytes=3_000)
     assert p.state.read_status().state == "finished"
+    changes = [(c.kind, c.table.table) for c in p.state.schema_changes()]
+    assert changes == [("truncate", "tr"), ("resync", "t"), ("drop", "gone")], changes
+    for table in ("tr", "other"):
+        assert_sink_equals_source(p, spark, postgres, db, sink_type, table)
+    assert len(source_rows(db, "tr")) == 3
     # the stream job started after the ALTER: the table's pending events of the old definition are the first
-    # it meets, and from there the table is held (the ALTER itself is not reported again)
-    resync = pending_resyncs(p.state)[source_db.table("t")]
+    # it meets, and from there the table is held
+    resync = pending_resyncs(p.state)[db.table("t")]
     assert "another definition than the one read: columns (id, name, qty), not (id, title, qty, c)" in resync.detail
-    assert_sink_equals_source(p, spark, postgres, source_db, sink_type, "other")
-    assert held_rows(p, postgres, source_db, sink_type) == {(i,): (i, f"n{i}", i) for i in range(1, 101)}
+    assert held_rows(p, postgres, db, sink_type) == {(i,): (i, f"n{i}", i) for i in range(1, 101)}
+    assert db.table("gone") in dropped_tables(p.state)
+    assert sink_rows(spark, p.sink, p.secrets, gone_types) == {}
 
-    p.stream()  # a restart with the new definition: the table is still held, the run succeeds
-    assert held_rows(p, postgres, source_db, sink_type) == {(i,): (i, f"n{i}", i) for i in range(1, 101)}
-    resnapshot(p, source_db, tmp_path, postgres, sink_type)
-    source_db.execute("UPDATE t SET title = 'after', qty = 7000000000 WHERE id = 3")
+    # a restart with the new definition: the altered table is still held, the dropped one is decoded with its
+    # saved definition, the run succeeds
+    db.execute("UPDATE other SET v = 98 WHERE id = 4")
     p.stream()
-    assert_sink_equals_source(p, spark, postgres, source_db, sink_type, "t")
-    want = source_rows(source_db, "t")
+    assert held_rows(p, postgres, db, sink_type) == {(i,): (i, f"n{i}", i) for i in range(1, 101)}
+    assert_sink_equals_source(p, spark, postgres, db, sink_type, "other")
+    plan = plan_chunks(db.settings, p.tables, SplitOptions(40), captured_before=set(p.tables))
+    assert plan.validation.gone == [db.table("gone")]
+    assert sorted(str(s.table) for s in plan.schemas) == sorted(db.table(n) for n in ("t", "tr", "other"))
+
+    resnapshot(p, db, tmp_path, postgres, sink_type)
+    db.execute("UPDATE t SET title = 'after', qty = 7000000000 WHERE id = 3")
+    db.execute("INSERT INTO tr VALUES (600, 'later', 6)")
+    p.stream()
+    for table in ("t", "tr", "other"):
+        assert_sink_equals_source(p, spark, postgres, db, sink_type, table)
+    want = source_rows(db, "t")
     assert want[(2,)] == (2, "n2", 5000000000, "big") and want[(50,)] == (50, "n50", 50, "x")
 
 
@@ -140,28 +155,6 @@ def held_rows(p, postgres, source_db, sink_type):
         cur.execute(f'SELECT id, name, qty FROM "s_{source_db.name}"."{mirror_table_name(source_db.table("t"))}" '
                     "WHERE NOT _cdc_deleted")
         return {(r[0],): tuple(r) for r in cur.fetchall()}
-
-
-@pytest.mark.parametrize("sink_type", ["parquet", "jdbc"])
-def test_a_dropped_table_leaves_the_stream_and_later_runs_succeed(source_db, tmp_path, spark, postgres, sink_type):
-    make_tables(source_db)
-    p = make_pipeline(source_db, tmp_path, postgres, sink_type)
-    snapshot_all(p)
-    types = table_types(source_db, "t")
-    source_db.execute("UPDATE t SET qty = 0 WHERE id = 1")  # pending when the table goes
-    source_db.execute("DROP TABLE t")
-    source_db.execute("UPDATE other SET v = 99 WHERE id = 3")
-    p.stream()
-    assert source_db.table("t") in dropped_tables(p.state)
-    assert sink_rows(spark, p.sink, p.secrets, types) == {}
-    assert_sink_equals_source(p, spark, postgres, source_db, sink_type, "other")
-    source_db.execute("UPDATE other SET v = 98 WHERE id = 4")
-    p.stream()  # the table is gone from the source: decoded with its saved definition, the run succeeds
-    assert_sink_equals_source(p, spark, postgres, source_db, sink_type, "other")
-
-    plan = plan_chunks(source_db.settings, p.tables, SplitOptions(40), captured_before=set(p.tables))
-    assert plan.validation.gone == [source_db.table("t")]
-    assert [str(s.table) for s in plan.schemas] == [source_db.table("other")]
 
 
 def test_gh_ost_swap_is_one_change_of_the_table_and_no_row_of_the_copy(source_db, tmp_path, spark, postgres):
