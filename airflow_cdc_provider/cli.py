@@ -7,6 +7,8 @@ any difference, 0 when equal.
 holds it) to Parquet.
 ``airflow-cdc status CONFIG.yaml`` prints the stream's status (offset, lag, rows, heartbeat age) as JSON.
 ``airflow-cdc stop CONFIG.yaml [--wait S]`` asks a running stream to stop after its current batch.
+``airflow-cdc resnapshot CONFIG.yaml --table T [--table T ...] [--print]`` triggers the pipeline's DAG with
+``{"resnapshot": [...]}`` (through Airflow's own ``airflow dags trigger``), after checking that it captures them.
 ``airflow-cdc maintain CONFIG.yaml [--json]`` compacts and vacuums a delta pipeline's tables (``sink.maintenance``,
 or its defaults), as the maintenance DAG does.
 ``airflow-cdc schema`` prints the JSON Schema of the pipeline YAML (the one in docs/pipeline.schema.json).
@@ -220,6 +222,52 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return 0 if args.wait == 0 else _fail([f"the stream did not stop within {args.wait}s"])
 
 
+def _json_lines(output: str) -> list:
+    """The items of the JSON list an Airflow command printed (``--output json``) among its log lines."""
+    for line in reversed(output.splitlines()):
+        if line.startswith("["):
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+    return []
+
+
+def cmd_resnapshot(args: argparse.Namespace) -> int:
+    """Trigger a re-snapshot run. A continuous pipeline's running stream goes on and takes the new snapshots
+    up when the run has finished them; otherwise the run's stream task streams as any run's does."""
+    import shlex
+    import subprocess
+
+    from airflow_cdc_provider.pipeline.resolve import resolve_pipeline
+
+    try:
+        cfg = load_config(args.config)
+        captured = resolve_pipeline(cfg).captured_tables()
+    except ConfigError as exc:
+        return _fail(str(exc).splitlines())
+    except (ConnectionConfigError, SourceError, ValueError) as exc:
+        return _fail([f"{args.config}: source: {exc}"])
+    unknown = sorted(set(args.table) - set(captured))
+    if unknown:
+        return _fail([f"{args.config}: --table {t}: not a table this pipeline captures; it captures: "
+                      f"{', '.join(sorted(captured)) or 'none'}" for t in unknown])
+    tables = sorted(set(args.table))
+    command = [sys.executable, "-m", "airflow", "dags", "trigger", cfg.dag_id, "--conf",
+               json.dumps({"resnapshot": tables}), "--output", "json"]
+    if args.print:
+        print(shlex.join(command))
+        return 0
+    res = subprocess.run(command, capture_output=True, text=True)
+    if res.returncode != 0:
+        return _fail([f"airflow dags trigger {cfg.dag_id} failed (exit {res.returncode}): "
+                      f"{(res.stderr.strip().splitlines() or ['no output'])[-1]}"])
+    run = next((r for r in _json_lines(res.stdout) if isinstance(r, dict)), {})
+    print(f"re-snapshot of {', '.join(tables)}: DAG run {run.get('dag_run_id', '(id not reported)')} of {cfg.dag_id} "
+          f"{run.get('state', 'triggered')}")
+    return 0
+
+
 def cmd_maintain(args: argparse.Namespace) -> int:
     from airflow_cdc_provider.sinks.base import SinkError
     from airflow_cdc_provider.sinks.delta_maintenance import maintain_pipeline
@@ -280,6 +328,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("config", help="pipeline YAML file")
     sp.add_argument("--wait", type=float, default=0, help="wait up to this many seconds for the stop (default: don't)")
     sp.set_defaults(func=cmd_stop)
+    rs = sub.add_parser("resnapshot", help="trigger the pipeline's DAG to snapshot tables again (the stream goes on)")
+    rs.add_argument("config", help="pipeline YAML file")
+    rs.add_argument("--table", action="append", required=True, help="db.table to snapshot again (repeatable)")
+    rs.add_argument("--print", action="store_true", help="print the airflow command instead of running it")
+    rs.set_defaults(func=cmd_resnapshot)
     mt = sub.add_parser("maintain", help="compact and vacuum the Delta tables of a delta pipeline")
     mt.add_argument("config", help="pipeline YAML file")
     mt.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -5,9 +5,10 @@
 A delta pipeline with ``sink.maintenance`` also gets ``<dag_id>_maintenance`` (``build_maintenance_dag``): one
 task compacting and vacuuming its tables on the maintenance schedule.
 
-Generated DAGs run one at a time (``max_active_runs=1``, ``catchup=False``): a run snapshots the tables
-that have no finished snapshot (all of them the first time, none later, or those named in
-``dag_run.conf["resnapshot"]``) and then streams the binlog from where the last run stopped.
+Generated DAGs run one at a time (``max_active_runs=1``, ``catchup=False``; a continuous pipeline two, see
+``max_active_runs``): a run snapshots the tables that have no finished snapshot (all of them the first time,
+none later, or those named in ``dag_run.conf["resnapshot"]``) and then streams the binlog from where the last
+run stopped.
 
 ``load_pipeline_dags(folder)`` builds every ``*.yaml``/``*.yml`` in the folder. A file that fails to load
 does not take the others down: the loader module skips it, and a second DAG file,
@@ -68,6 +69,14 @@ def doc_md(cfg: PipelineConfig) -> str:
     )
 
 
+def max_active_runs(cfg: PipelineConfig) -> int:
+    """One run at a time; a continuous pipeline two: its stream's run stays open while the stream runs, and a
+    second one re-snapshots beside it (the running stream takes the new snapshots up) or, scheduled, finds the
+    stream running and succeeds. Two runs never read one table at once: the plan step leaves a snapshot under
+    way in the other run to it."""
+    return 2 if cfg.stream.mode == "continuous" else 1
+
+
 def build_dag(path: str | Path, cfg: PipelineConfig | None = None):
     from airflow.sdk import DAG
 
@@ -89,7 +98,7 @@ def build_dag(path: str | Path, cfg: PipelineConfig | None = None):
         schedule=cfg.schedule,
         start_date=DEFAULT_START,
         catchup=False,
-        max_active_runs=1,
+        max_active_runs=max_active_runs(cfg),
         default_args=_default_args(cfg),
         tags=list(cfg.tags),
         doc_md=doc_md(cfg),

@@ -30,12 +30,22 @@ def sink_alias(dag_id: str):
     return AssetAlias(name=f"{ALIAS_PREFIX}{dag_id}")
 
 
+def without_credentials(uri: str) -> str:
+    """``uri`` without a login and password in its authority (``s3a://key:secret@bucket/...``): an Asset URI is
+    shown in the UI and sent to every consumer. A user part alone stays (Azure's ``container@account``)."""
+    parts = urlsplit(uri)
+    if parts.password is None:
+        return uri
+    host = parts.hostname or ""
+    return parts._replace(netloc=f"{host}:{parts.port}" if parts.port else host).geturl()
+
+
 def table_asset_uri(sink: SinkConfig, table: str) -> str:
     """The Asset URI of ``table`` (``db.t``) in ``sink``; refuses a sink type it has no URI form for."""
     if sink.type in ("parquet", "delta"):
         from airflow_cdc_provider.state.storage import Storage
 
-        root = Storage(sink.path, key="sink.path").location()
+        root = without_credentials(Storage(sink.path, key="sink.path").location())
         name = quote(table_dir_name(table), safe="")  # the directory's name, as a URI path segment
         return f"{root}/{name}" if urlsplit(root).scheme else f"file://{quote(root)}/{name}"
     if sink.type == "jdbc":

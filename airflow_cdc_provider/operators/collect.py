@@ -8,12 +8,13 @@ from airflow.sdk import BaseOperator
 
 from airflow_cdc_provider.core.reports import ChunkReport
 from airflow_cdc_provider.operators.assets import emit_table_events
+from airflow_cdc_provider.operators.lineage import CdcLineageMixin
 from airflow_cdc_provider.pipeline.collect import collect_watermarks
 from airflow_cdc_provider.pipeline.resolve import load_pipeline
 from airflow_cdc_provider.state.records import TablePlan
 
 
-class CollectWatermarksOperator(BaseOperator):
+class CollectWatermarksOperator(CdcLineageMixin, BaseOperator):
     """Check that every planned chunk reported, finish each table's snapshot, write the stream seed.
 
     Takes upstream task ids (not XComArgs) so that YAML DAG builders can use it as a plain operator.
@@ -52,8 +53,10 @@ class CollectWatermarksOperator(BaseOperator):
             self.log.info("nothing was snapshotted in this run and the pipeline has no stream seed yet")
             return {"start": None, "tables": [], "snapshotted": []}
         self.log.info("stream seed: start %s, %d table(s)", seed.start, len(seed.tables))
-        # a table's snapshot is in the sink as a whole only now (its epoch made current): its asset event
+        # the tables whose epoch this run made current (not those a later re-snapshot superseded meanwhile)
+        current = {t: tp for t, tp in plan.items() if t in seed.tables and seed.tables[t].epoch == tp.epoch}
+        # a table's snapshot is in the sink as a whole only now: its asset event
         emit_table_events(self, context, p.sink, {
             table: {"kind": "snapshot", "epoch": tp.epoch, "rows": sum(r.rows for r in reports if r.table == table)}
-            for table, tp in plan.items()})
-        return {"start": seed.start.to_dict(), "tables": sorted(seed.tables), "snapshotted": sorted(plan)}
+            for table, tp in current.items()})
+        return {"start": seed.start.to_dict(), "tables": sorted(seed.tables), "snapshotted": sorted(current)}

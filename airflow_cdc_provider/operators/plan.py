@@ -9,12 +9,12 @@ from typing import Any, Sequence
 from airflow.sdk import BaseOperator
 
 from airflow_cdc_provider.core.chunks import ChunkTask
-from airflow_cdc_provider.operators.dag_run import is_backfill
+from airflow_cdc_provider.operators.dag_run import is_backfill, snapshots_under_way
 from airflow_cdc_provider.pipeline.plan import plan_chunks, startup_seed
 from airflow_cdc_provider.pipeline.resolve import load_pipeline
 from airflow_cdc_provider.pipeline.table_schemas import dropped_tables, pending_resyncs
 from airflow_cdc_provider.source.validation import SourceValidationError
-from airflow_cdc_provider.state.records import TablePlan
+from airflow_cdc_provider.state.records import PlannedSnapshot, TablePlan
 
 
 class ValidateSourceOperator(BaseOperator):
@@ -89,9 +89,20 @@ class PlanChunksOperator(BaseOperator):
         for name, change in resyncs.items():
             self.log.warning("%s: re-snapshotted now, as the stream's schema change asks", change.describe())
 
+        # another run's snapshot under way (a continuous pipeline runs two at a time) is left to it, unless named
+        under_way = snapshots_under_way(context, p.state.planned_snapshots())
+        decided: dict[str, bool] = {}
+
         def needs_snapshot(schema) -> bool:
             name = str(schema.table)
-            return name in resnapshot or name in resyncs or (snapshot_first and name not in finished)
+            if name not in decided:
+                wanted = name in resnapshot or name in resyncs or (snapshot_first and name not in finished)
+                decided[name] = wanted and (name in resnapshot or name not in under_way)
+                if wanted and not decided[name]:
+                    other = under_way[name]
+                    self.log.info("%s: its snapshot (epoch %d) is under way in DAG run %s: left to that run", name,
+                                  other.epoch, other.run_id)
+            return decided[name]
 
         plan = plan_chunks(p.source, p.config.source.tables, p.config.snapshot.split_options(),
                            p.config.source.chunk_key, max_tasks=max_tasks, should_split=needs_snapshot,
@@ -110,7 +121,10 @@ class PlanChunksOperator(BaseOperator):
         epoch = int(time.time() * 1000)
         chunks, tasks = plan.chunks, plan.tasks
         per_table = {str(s.table): TablePlan(epoch, sum(1 for c in chunks if c.table == s.table)) for s in todo}
-        context["ti"].xcom_push(key="plan", value={t: p.to_dict() for t, p in per_table.items()})
+        ti = context["ti"]
+        for table in per_table:
+            p.state.write_planned_snapshot(PlannedSnapshot(table, epoch, ti.dag_id, ti.run_id))
+        ti.xcom_push(key="plan", value={t: p.to_dict() for t, p in per_table.items()})
         self.log.info("snapshot of %d table(s) in %d chunk(s), %d task(s); already finished: %s",
                       len(todo), len(chunks), len(tasks), sorted(set(finished) - set(per_table)) or "none")
         return [ChunkTask([replace(c, epoch=epoch) for c in t.chunks]).to_dict() for t in tasks]

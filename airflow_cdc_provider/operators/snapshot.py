@@ -9,6 +9,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 from airflow_cdc_provider.core.chunks import ChunkTask
 from airflow_cdc_provider.operators.frozen_heap import with_frozen_heap
+from airflow_cdc_provider.operators.lineage import CdcLineageMixin
 from airflow_cdc_provider.operators.metrics import emit
 from airflow_cdc_provider.operators.spark_submit import CdcSparkSubmitOperator
 from airflow_cdc_provider.pipeline.metrics import snapshot_metrics
@@ -20,7 +21,7 @@ task's start on (Airflow renders it when the task starts and again when it ends;
 ``execute``, works too, but only once the task has ended)."""
 
 
-class SnapshotChunkOperator(CdcSparkSubmitOperator):
+class SnapshotChunkOperator(CdcLineageMixin, CdcSparkSubmitOperator):
     """Submit ``snapshot_chunk.py`` for ``chunk`` (an item of PlanChunksOperator's output) and return its
     chunk report(s), read back from the state store (spark-submit prints nothing usable in cluster mode).
 
@@ -66,6 +67,15 @@ class SnapshotChunkOperator(CdcSparkSubmitOperator):
         by_table_epoch: dict[tuple[str, int], list[int]] = {}  # (table, epoch) -> chunk indexes
         for c in task.chunks:
             by_table_epoch.setdefault((str(c.table), c.epoch), []).append(c.index)
+        newer = {table: f.epoch for table, epoch in by_table_epoch
+                 if (f := p.state.finished_snapshot(table)) is not None and f.epoch > epoch}
+        if len(newer) == len({table for table, _ in by_table_epoch}):
+            from airflow.sdk.exceptions import AirflowSkipException
+
+            raise AirflowSkipException(f"{task.label}: a later snapshot of {', '.join(sorted(newer))} finished (epoch "
+                                       f"{', '.join(str(e) for _, e in sorted(newer.items()))}): this chunk of an "
+                                       "earlier one has nothing to add. To read a table again, trigger a run with "
+                                       '{"resnapshot": ["db.table"]}')
         for (table, epoch), indexes in by_table_epoch.items():  # no earlier attempt's report is taken for this one's
             p.state.clear_chunk_reports(table, epoch, indexes)
         if self.connect_conn_id:

@@ -13,8 +13,9 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 from airflow_cdc_provider.hooks.spark_job import SparkJobHook, process_alive
 from airflow_cdc_provider.operators.assets import emit_table_events
-from airflow_cdc_provider.operators.dag_run import is_backfill
+from airflow_cdc_provider.operators.dag_run import is_backfill, snapshots_under_way
 from airflow_cdc_provider.operators.frozen_heap import with_frozen_heap
+from airflow_cdc_provider.operators.lineage import CdcLineageMixin
 from airflow_cdc_provider.operators.links import SPARK_UI_XCOM_KEY, SparkUILink
 from airflow_cdc_provider.operators.metrics import emit, source_bytes_behind, stream_progress
 from airflow_cdc_provider.operators.spark_submit import CdcSparkSubmitOperator
@@ -22,12 +23,12 @@ from airflow_cdc_provider.pipeline.metrics import StreamMeter
 from airflow_cdc_provider.pipeline.plan import STREAM_SERVER_ID_SLOT
 from airflow_cdc_provider.pipeline.resolve import load_pipeline
 from airflow_cdc_provider.pipeline.stream_watch import ProgressLog, StreamHealth, current_status, judge, lease_alive
-from airflow_cdc_provider.state.records import StreamLaunch, StreamLease, StreamStatus
+from airflow_cdc_provider.state.records import RUNNING_STATES, ReloadRequest, StreamLaunch, StreamLease, StreamStatus
 
 STOP_GRACE_SECONDS = 90  # a graceful stop ends the running batch first
 
 
-class BinlogStreamOperator(CdcSparkSubmitOperator):
+class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
     """Run ``binlog_stream.py`` for the pipeline (seeded by collect_watermarks, resumed from its checkpoint).
 
     ``available_now`` (YAML ``stream.mode``): the job catches up to the position current at its start and
@@ -76,6 +77,12 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
             return {"skipped": "backfill"}
         seed = p.state.read_seed()
         if seed is None and p.stream.startup == "initial":
+            under_way = snapshots_under_way(context, p.state.planned_snapshots())
+            if under_way:
+                runs = sorted({s.run_id for s in under_way.values()})
+                self.log.info("the first snapshot of %s is under way in DAG run(s) %s: the stream starts there, once "
+                              "it is finished", sorted(under_way), runs)
+                return {"skipped": "snapshot under way", "runs": runs}
             raise AirflowFailException("no finished snapshot and no stream seed: run the snapshot tasks first")
         # the snapshotted tables, or (a stream without snapshot) the tables the YAML's names and patterns match
         tables = sorted(seed.tables) if seed and seed.tables else p.captured_tables()
@@ -90,7 +97,8 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
             self.log.info("the stream of this pipeline runs in %s (try %d, %s since %s): it streams this run's "
                           "changes too, so this task launches none", holder.holder, holder.try_number, holder.mode,
                           time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(holder.acquired_at)))
-            return {"skipped": "stream running", "holder": holder.holder}
+            taken_up = self._hand_over_snapshots(p, holder, lease.holder) if holder.mode == "continuous" else {}
+            return {"skipped": "stream running", "holder": holder.holder, "taken_up": taken_up}
         if p.stream.mode == "continuous":
             return self._run_continuous(context, p, lease, tables)
         try:
@@ -142,6 +150,40 @@ class BinlogStreamOperator(CdcSparkSubmitOperator):
             else:
                 return other
             p.state.release_lease(other.launch_id)
+
+    def _hand_over_snapshots(self, p, holder: StreamLease, me: str) -> dict[str, int]:
+        """Snapshots finished after the running continuous stream set up (this run's re-snapshot, a held table's
+        new definition) are taken up by it: a reload request, then a wait until its status shows their epochs.
+        The stream goes on; its query starts again from its checkpoint. Returns ``{table: epoch}`` taken up."""
+        from airflow.sdk.exceptions import AirflowException
+
+        finished = {t: s.epoch for t, s in p.state.finished_tables().items()}
+
+        def missing(status: StreamStatus | None) -> dict[str, int]:
+            loaded = status.epochs if status is not None and status.launch_id == holder.launch_id else {}
+            return {t: e for t, e in finished.items() if loaded.get(t, -1) < e}
+
+        newer = missing(p.state.read_status())
+        if not newer:
+            return {}
+        p.state.request_reload(ReloadRequest(newer, me))
+        self.log.info("asked the running stream to take up the snapshot(s) %s without stopping", newer)
+        limit = self._timeout(p) + STOP_GRACE_SECONDS  # its current batch, a stop, a new query's set-up
+        deadline = time.time() + limit
+        while time.time() < deadline:
+            status = p.state.read_status()
+            if status is not None and status.launch_id == holder.launch_id and status.state not in RUNNING_STATES:
+                raise AirflowException(f"the running stream ended ({status.state}) before it took up {newer}; the "
+                                       "next stream launched takes them up")
+            if not missing(status):
+                self.log.info("the running stream took up %s; it goes on from its checkpoint", newer)
+                return newer
+            time.sleep(1.0)
+        launch = holder.launch
+        raise AirflowException(f"the running stream did not take up the snapshot(s) {newer} within "
+                               f"{limit:.0f} s; its log: "
+                               f"{launch.log if launch else 'see its task'}. The request stays: it takes them up with "
+                               "its next batch, or when it is launched again")
 
     def _holder_alive(self, p, lease: StreamLease) -> bool:
         if lease.launch is not None:

@@ -13,6 +13,7 @@ minimum high watermark (which would make the stream skip changes). Then:
 
 from __future__ import annotations
 
+import logging
 from typing import Iterable, Mapping
 
 from airflow_cdc_provider.core.emit_filter import table_split_info
@@ -20,6 +21,9 @@ from airflow_cdc_provider.core.reports import ChunkReport
 from airflow_cdc_provider.sinks.base import EMPTYING_OPS, Sink
 from airflow_cdc_provider.state.records import FinishedSnapshot, StreamSeed, TablePlan
 from airflow_cdc_provider.state.store import StateStore
+
+
+log = logging.getLogger("airflow_cdc.collect")
 
 
 class MissingChunkReports(RuntimeError):
@@ -61,12 +65,18 @@ def collect_watermarks(store: StateStore, sink: Sink, plan: Mapping[str, TablePl
     """``plan``: the tables snapshotted in this run. ``reports`` (from XCom) are checked against the state
     store's copies; the state store is the source of truth. A run that snapshotted nothing keeps the seed as it
     is (a later run, a backfill, or a stream without snapshot whose plan step recorded its start); None if there
-    is none yet."""
+    is none yet. A table whose finished snapshot is of a later epoch than this run's (a re-snapshot planned
+    after this run's finished first) keeps it: an older epoch never replaces a newer one."""
     previous = store.read_seed()
     if not plan:
         return previous
     xcom = {(r.table, r.index) for r in reports}
     for table, p in plan.items():
+        current = store.finished_snapshot(table)
+        if current is not None and current.epoch >= p.epoch:
+            log.warning("%s: snapshot epoch %d is not made current: epoch %d, planned later, finished already and "
+                        "holds newer rows (a re-snapshot superseded this one)", table, p.epoch, current.epoch)
+            continue
         stored = store.chunk_reports(table, p.epoch)
         for i in range(p.chunks):
             if i not in stored and (table, i) in xcom:

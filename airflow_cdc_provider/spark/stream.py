@@ -39,11 +39,12 @@ from airflow_cdc_provider.sinks.types import TableSinkTypes
 from airflow_cdc_provider.source.connection import connect
 from airflow_cdc_provider.spark.binlog_source import image_column, register_source, source_schema
 from airflow_cdc_provider.spark.session import default_parallelism, is_connect
-from airflow_cdc_provider.state.records import StreamStatus
+from airflow_cdc_provider.state.records import ReloadRequest, StreamStatus
 from airflow_cdc_provider.state.store import StateStore
 
 log = logging.getLogger("airflow_cdc.stream")
 IDLE_HEARTBEAT_SECONDS = 5.0
+EMPTY_TOTALS = {"rows_emitted": 0, "rows_by_table": {}, "batches": 0, "batch_id": None, "last_event_ms": 0}
 STOP_GRACE_SECONDS = 90
 BATCH_TOTALS = "stream/batch_totals.json"  # BatchWriter.totals(), published on Spark Connect
 
@@ -98,7 +99,7 @@ class BatchWriter:
     to the state store after each batch, where the job's status loop reads them."""
 
     def __init__(self, spec: JobSpec, secrets: dict[str, str], types: dict[str, TableSinkTypes],
-                 image_columns: dict[str, str], publish: bool = False) -> None:
+                 image_columns: dict[str, str], publish: bool = False, carried: dict[str, Any] | None = None) -> None:
         self.sink_config = spec.sink
         self.secrets = secrets
         self.types = types
@@ -106,11 +107,12 @@ class BatchWriter:
         self.faults = FaultSwitch(spec.fault)
         self.state_path = spec.state_path
         self.publish = publish
-        self.rows_emitted = 0
-        self.rows_by_table: dict[str, int] = {}
-        self.batches = 0
-        self.last_batch_id: int | None = None
-        self.last_event_ms = 0  # commit time of the newest change written (for the lag while behind)
+        carried = carried or EMPTY_TOTALS  # a reloaded stream goes on counting where its predecessor stopped
+        self.rows_emitted = int(carried["rows_emitted"])
+        self.rows_by_table: dict[str, int] = dict(carried["rows_by_table"])
+        self.batches = int(carried["batches"])
+        self.last_batch_id: int | None = carried["batch_id"]
+        self.last_event_ms = int(carried["last_event_ms"])  # commit time of the newest change written (for the lag)
         self._sink = None
 
     def __getstate__(self) -> dict:
@@ -231,7 +233,10 @@ def _observation(spark, name: str):
 
 
 class StreamJob:
-    def __init__(self, spark, spec: JobSpec, secrets: dict[str, str]) -> None:
+    """One streaming query over the binlog, with the definitions and the seed the state store holds when it is
+    set up. ``carried``: the totals of the query this one takes over from (a reload)."""
+
+    def __init__(self, spark, spec: JobSpec, secrets: dict[str, str], carried: dict[str, Any] | None = None) -> None:
         t0 = time.monotonic()
         self.spark = spark
         self.spec = spec
@@ -243,6 +248,13 @@ class StreamJob:
         self._stop = threading.Event()
         self._done = threading.Event()
         self.error: str | None = None  # why the query failed (``run`` returned 1)
+        self._reported: tuple[dict[str, Any], dict | None] | None = None  # the last running status's totals, offset
+        self.resumed = carried is not None
+        # what this job sets up from: every reload request written so far, the epochs of the snapshots finished
+        self.taken_up = self.store.read_reload()
+        self.reload: ReloadRequest | None = None  # the request that ended this job's query, to start another
+        seed = self.store.read_seed()
+        self.epochs = {t: s.epoch for t, s in (seed.tables if seed else {}).items()}
         settings = spec.source_settings(secrets)
         with contextlib.closing(connect(settings)) as conn:
             self.types = {t: TableSinkTypes.of(s) for t, s in stream_schemas(conn, self.store, spec.tables).items()}
@@ -250,7 +262,7 @@ class StreamJob:
         for types in self.types.values():
             sink.prepare(types)
         self.writer = BatchWriter(spec, secrets, self.types, {t: image_column(i) for i, t in enumerate(self.order)},
-                                  publish=self.connect)
+                                  publish=self.connect, carried=carried)
         log.info("stream job set up in %.2fs (%d tables)", time.monotonic() - t0, len(self.types))
 
     def totals(self) -> dict[str, Any]:
@@ -266,9 +278,16 @@ class StreamJob:
         if progress and progress.get("sources"):
             end = progress["sources"][0].get("endOffset")
             if isinstance(end, str):
-
                 end = json.loads(end)
         totals = self.totals()
+        if state == "running":
+            # the writer counts a batch before Spark reports its progress (and offset): until it does, the status
+            # shows the last batch whose totals and offset go together, never one's rows at another's position
+            written, reported = totals["batch_id"], (progress or {}).get("batchId", -1)
+            if written is not None and reported < written:
+                totals, end = self._reported or (EMPTY_TOTALS, None)
+            else:
+                self._reported = (totals, end)
         lag = 0.0
         if end and end.get("behind") and totals["last_event_ms"]:
             lag = max(0.0, time.time() - totals["last_event_ms"] / 1000.0)
@@ -276,10 +295,20 @@ class StreamJob:
             state=state, mode=self.mode, launch_id=self.spec.launch_id, pid=os.getpid(),
             last_offset=BinlogOffset.from_dict(end) if end else None, lag_seconds=round(lag, 3),
             rows_emitted=totals["rows_emitted"], rows_by_table=totals.get("rows_by_table") or {},
-            batches=totals["batches"], batch_id=totals["batch_id"], error=error,
+            batches=totals["batches"], batch_id=totals["batch_id"], epochs=dict(self.epochs), error=error,
             **self._app))
 
     # -- run -----------------------------------------------------------------------------------------
+    def _reload_asked(self) -> bool:
+        """Whether a reload request newer than what this job was set up from has come (``self.reload``)."""
+        if not self.store.exists(self.store.RELOAD):
+            return False
+        request = self.store.read_reload()
+        if request is None or (self.taken_up is not None and request.requested_at <= self.taken_up.requested_at):
+            return False
+        self.reload = request
+        return True
+
     def request_stop(self) -> None:
         """Stop after the current batch (a signal, the task's ``on_kill``)."""
         self._stop.set()
@@ -297,7 +326,8 @@ class StreamJob:
     def _run(self) -> int:
         from pyspark.errors import StreamingQueryException
 
-        self.store.clear_stop()
+        if not self.resumed:  # a stop asked for while a reload set this query up still counts
+            self.store.clear_stop()
         if self.connect:
             self.store.delete(BATCH_TOTALS)
         register_source(self.spark, self.secrets)
@@ -319,7 +349,9 @@ class StreamJob:
         t0 = time.monotonic()
         query = writer.start()
         log.info("query started in %.2fs", time.monotonic() - t0)
-        last_write, seen_batch = 0.0, None
+        if self.taken_up is not None:
+            self.store.clear_reload(self.taken_up)
+        last_write, seen_batch, seen_progress = 0.0, None, None
         state = "finished"
         while True:
             try:
@@ -331,13 +363,23 @@ class StreamJob:
             batch_id = totals["batch_id"]
             if self.connect and batch_id != seen_batch:  # the writer logs to the server's log, this to the task's
                 log.info("batch %s written on the server: %d rows emitted so far", batch_id, totals["rows_emitted"])
-            if batch_id != seen_batch or time.time() - last_write > IDLE_HEARTBEAT_SECONDS:
+            progress = query.lastProgress
+            reported = progress.get("batchId") if progress else None  # Spark reports a batch after it was written
+            if (batch_id, reported) != (seen_batch, seen_progress) or time.time() - last_write > IDLE_HEARTBEAT_SECONDS:
                 self.write_status(query, "running")
-                last_write, seen_batch = time.time(), batch_id
+                last_write, seen_batch, seen_progress = time.time(), batch_id, reported
             if self._stop.is_set() or self.store.stop_requested():
                 log.info("stop requested: stopping the stream after the current batch")
                 query.stop()
                 state = "stopped"
+                break
+            if self.mode == "continuous" and self._reload_asked():
+                log.info("re-snapshot of %s finished (asked by %s): the query starts again from its checkpoint with "
+                         "the new snapshots and definitions", ", ".join(f"{t} (epoch {e})" for t, e in
+                                                                        sorted(self.reload.epochs.items())),
+                         self.reload.requested_by)
+                query.stop()
+                state = "running"  # the next query goes on; the watchers see no end
                 break
         error = query.exception()
         if error is not None:
@@ -346,10 +388,19 @@ class StreamJob:
             log.error("stream failed: %s", error)
             return 1
         self.write_status(query, state)
-        totals = self.totals()
-        log.info("stream %s: %d batches, %d rows emitted", state, totals["batches"], totals["rows_emitted"])
+        if self.reload is None:
+            totals = self.totals()
+            log.info("stream %s: %d batches, %d rows emitted", state, totals["batches"], totals["rows_emitted"])
         return 0
 
 
 def run_stream(spark, spec: JobSpec, secrets: dict[str, str]) -> int:
-    return StreamJob(spark, spec, secrets).run()
+    """The stream job. A continuous stream asked to take up new snapshots (``ReloadRequest``) starts its query
+    again here, from the checkpoint, in the same Spark application: its task and its lease never notice."""
+    carried = None
+    while True:
+        job = StreamJob(spark, spec, secrets, carried)
+        rc = job.run()
+        if job.reload is None or rc != 0:
+            return rc
+        carried = job.totals()

@@ -40,6 +40,26 @@ class TablePlan:
 
 
 @dataclass(frozen=True)
+class PlannedSnapshot:
+    """A table's snapshot a DAG run planned and has not finished yet: another run that finds it under way
+    (its run still queued or running) leaves the table to it instead of reading it a second time."""
+
+    table: str
+    epoch: int
+    dag_id: str
+    run_id: str
+    planned_at: float = field(default_factory=time.time)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "PlannedSnapshot":
+        return cls(str(data["table"]), int(data["epoch"]), str(data["dag_id"]), str(data["run_id"]),
+                   float(data.get("planned_at") or 0))
+
+
+@dataclass(frozen=True)
 class FinishedSnapshot:
     """A table's snapshot epoch for which every chunk reported, contiguously."""
 
@@ -173,6 +193,25 @@ class StreamLease:
                    StreamLaunch.from_dict(launch) if launch else None)
 
 
+@dataclass(frozen=True)
+class ReloadRequest:
+    """Asks a running continuous stream to take up snapshots finished after it started (a re-snapshot's new
+    epoch, a held table's new definition): it ends its query after the current batch and starts it again from
+    the checkpoint with the state store's current seed and definitions, in the same Spark application."""
+
+    epochs: dict[str, int]  # the tables re-snapshotted, with the epoch each finished
+    requested_by: str  # dag_id/run_id/task_id, or the command that asked
+    requested_at: float = field(default_factory=time.time)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"epochs": dict(self.epochs), "requested_by": self.requested_by, "requested_at": self.requested_at}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "ReloadRequest":
+        return cls({str(t): int(e) for t, e in (data.get("epochs") or {}).items()}, str(data.get("requested_by") or ""),
+                   float(data.get("requested_at") or 0))
+
+
 RUNNING_STATES = ("starting", "running")
 FINAL_STATES = ("finished", "stopped", "failed")
 
@@ -191,6 +230,7 @@ class StreamStatus:
     rows_by_table: dict[str, int] = field(default_factory=dict)  # rows emitted per table by this launch
     batches: int = 0
     batch_id: int | None = None
+    epochs: dict[str, int] = field(default_factory=dict)  # the snapshot epoch of each table the job has taken up
     app_id: str | None = None
     ui_url: str | None = None
     error: str | None = None  # a failed stream: the line of its error that says what went wrong

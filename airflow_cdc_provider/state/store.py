@@ -5,6 +5,7 @@ One directory per pipeline (``state.path`` in YAML). Layout::
     tables/<db.table>/epoch=<E>/chunks=<a>-<b>.json  chunk reports of snapshot epoch E, one file a window
     tables/<db.table>/epoch=<E>/chunks=<a>-<b>.started  a window's job began (tells a retry to clean up)
     tables/<db.table>/snapshot.json                   the finished snapshot: epoch, chunk reports, min LW
+    tables/<db.table>/planned.json                    the epoch a DAG run planned and has not finished yet
     tables/<db.table>/schema.json                     the table's definition as the pipeline last read it
     schema/changes.json                               the schema changes the stream applied (truncate, drop,
                                                       resync), in binlog order
@@ -12,6 +13,7 @@ One directory per pipeline (``state.path`` in YAML). Layout::
     stream/checkpoint/                                Spark's checkpoint location
     stream/status.json                                heartbeat: last_offset, lag_seconds, rows_emitted, ...
     stream/stop                                       a stop request for a continuous stream
+    stream/reload.json                                asks a continuous stream to take up new snapshots
     specs/                                            job specs (no secrets in them)
 
 An *epoch* is one snapshot of one table (the first, or a re-snapshot): its chunk reports live apart from
@@ -35,7 +37,15 @@ from typing import Any
 from airflow_cdc_provider.core.offsets import BinlogOffset
 from airflow_cdc_provider.core.reports import ChunkReport
 from airflow_cdc_provider.core.schema_changes import SchemaChange
-from airflow_cdc_provider.state.records import FinishedSnapshot, StreamLaunch, StreamLease, StreamSeed, StreamStatus
+from airflow_cdc_provider.state.records import (
+    FinishedSnapshot,
+    PlannedSnapshot,
+    ReloadRequest,
+    StreamLaunch,
+    StreamLease,
+    StreamSeed,
+    StreamStatus,
+)
 from airflow_cdc_provider.state.storage import Storage
 
 
@@ -170,6 +180,26 @@ class StateStore:
     def write_finished_snapshot(self, snapshot: FinishedSnapshot) -> None:
         self.write_json(f"tables/{table_dir_name(snapshot.table)}/snapshot.json", snapshot.to_dict())
 
+    def write_planned_snapshot(self, planned: PlannedSnapshot) -> None:
+        self.write_json(f"tables/{table_dir_name(planned.table)}/planned.json", planned.to_dict())
+
+    def planned_snapshot(self, table: str) -> PlannedSnapshot | None:
+        """The snapshot of ``table`` a DAG run planned, if no epoch as new has finished since."""
+        data = self.read_json(f"tables/{table_dir_name(table)}/planned.json")
+        planned = PlannedSnapshot.from_dict(data) if data else None
+        finished = self.finished_snapshot(table) if planned is not None else None
+        return planned if planned is not None and (finished is None or finished.epoch < planned.epoch) else None
+
+    def planned_snapshots(self) -> dict[str, PlannedSnapshot]:
+        """Every table's planned snapshot that has not finished (``planned_snapshot``), by table."""
+        out = {}
+        for name in self.storage.listdir("tables"):
+            data = self.read_json(f"tables/{name}/planned.json")
+            planned = self.planned_snapshot(data["table"]) if data else None
+            if planned is not None:
+                out[planned.table] = planned
+        return out
+
     def finished_tables(self) -> dict[str, FinishedSnapshot]:
         out = {}
         for name in self.storage.listdir("tables"):
@@ -218,6 +248,7 @@ class StateStore:
     STOP = "stream/stop"
     LAUNCH = "stream/launch.json"
     LEASE = "stream/lease.json"
+    RELOAD = "stream/reload.json"
 
     CHECKPOINT = "stream/checkpoint"
 
@@ -298,3 +329,16 @@ class StateStore:
 
     def clear_stop(self) -> None:
         self.delete(self.STOP)
+
+    def request_reload(self, request: ReloadRequest) -> None:
+        self.write_json(self.RELOAD, request.to_dict())
+
+    def read_reload(self) -> ReloadRequest | None:
+        data = self.read_json(self.RELOAD)
+        return ReloadRequest.from_dict(data) if data else None
+
+    def clear_reload(self, taken_up: ReloadRequest | None) -> None:
+        """Delete the reload request a stream has taken up (not a newer one written meanwhile)."""
+        current = self.read_reload()
+        if current is not None and (taken_up is None or current.requested_at <= taken_up.requested_at):
+            self.delete(self.RELOAD)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -161,3 +162,20 @@ def test_maintain_is_for_the_delta_sink_and_needs_no_source(tmp_path):
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines() == ["Maintain shop: compaction and VACUUM",
                                        "  no table captured yet: the pipeline has not run"], res.stdout
+
+
+def test_resnapshot_checks_the_tables_then_triggers_the_dag_through_airflow(pipeline, source_db, tmp_path):
+    write, env = pipeline
+    config = write([source_db.table("orders")], f"state:\n  path: {tmp_path / 'state'}\n")
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), **env}
+    typo = source_db.table("order")
+    res = subprocess.run([CLI, "resnapshot", str(config), "--table", typo], capture_output=True, text=True, env=env,
+                         timeout=120)
+    line = one_line_error(res)
+    assert f"--table {typo}: not a table this pipeline captures; it captures: {source_db.table('orders')}" in line
+    res = subprocess.run([CLI, "resnapshot", str(config), "--table", source_db.table("orders"), "--print"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 0, res.stderr
+    words = shlex.split(res.stdout)
+    assert words[1:7] == ["-m", "airflow", "dags", "trigger", "shop", "--conf"], words
+    assert json.loads(words[7]) == {"resnapshot": [source_db.table("orders")]} and words[8:] == ["--output", "json"]

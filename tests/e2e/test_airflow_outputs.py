@@ -1,6 +1,7 @@
 """What the generated DAG gives Airflow besides the sink: asset events per sink table, metrics through Airflow's
-Stats, a continuous stream's progress in the task log, and first-run logs free of spurious errors. One run
-(snapshot, then a continuous stream that follows a change until stopped), several checks on it."""
+Stats, OpenLineage events (to a file transport), a continuous stream's progress in the task log, and first-run
+logs free of spurious errors. One run (snapshot, then a continuous stream that follows a change until stopped),
+several checks on it."""
 
 from __future__ import annotations
 
@@ -92,8 +93,13 @@ def test_assets_metrics_progress_and_quiet_logs_of_a_run(airflow_home, source_db
     make_orders(source_db, 300)
     config = write_pipeline(pipelines, source_db, tmp_path, tables=("orders",),
                             extra="stream:\n  mode: continuous\n  trigger_interval: 1 second\n  heartbeat_timeout: 60\n")
+    lineage = tmp_path / "openlineage.jsonl"
     env = {**env, "AIRFLOW__METRICS__OTEL_ON": "True", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": metrics.endpoint,
-           "OTEL_METRIC_EXPORT_INTERVAL": "500"}
+           "OTEL_METRIC_EXPORT_INTERVAL": "500",
+           "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(lineage),
+                                                          "append": True}),
+           "AIRFLOW__OPENLINEAGE__NAMESPACE": "cdc_test",
+           "AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD": "True"}  # dag.test(): the events of the task's own process
     table = source_db.table("orders")
     tags = {"dag_id": "shop_cdc", "table": table}
     state = StateStore(tmp_path / "state")
@@ -143,3 +149,25 @@ def test_assets_metrics_progress_and_quiet_logs_of_a_run(airflow_home, source_db
     assert metrics.get("stream.batches", dag_id="shop_cdc") >= 1
     assert 0 <= metrics.get("stream.lag_seconds", dag_id="shop_cdc") < 600
     assert 0 <= metrics.get("stream.binlog_bytes_behind", dag_id="shop_cdc") < 64 * 2**20
+
+    # OpenLineage: each task that wrote the table names the MySQL table as its input and the sink table as its
+    # output, with the columns of both and the trivial column lineage; no secret in any event
+    events = [json.loads(line) for line in lineage.read_text().splitlines() if line.strip()]
+    assert source_db.server.cdc.password not in lineage.read_text()
+    complete = {e["job"]["name"]: e for e in events if e["eventType"] == "COMPLETE" and e.get("outputs")}
+    assert set(complete) == {f"shop_cdc.{t}" for t in ("snapshot_chunk", "collect_watermarks", "stream")}, \
+        sorted({(e["eventType"], e["job"]["name"]) for e in events})
+    settings = source_db.settings
+    for name, event in complete.items():
+        assert event["job"]["namespace"] == "cdc_test"
+        (source,) = event["inputs"]
+        assert (source["namespace"], source["name"]) == (f"mysql://{settings.host}:{settings.port}", table), name
+        assert [f["name"] for f in source["facets"]["schema"]["fields"]] == ["id", "v", "note"]
+        (sink,) = event["outputs"]
+        assert (sink["namespace"], sink["name"]) == ("file", f"{tmp_path}/sink/{table}"), name
+        columns = [f["name"] for f in sink["facets"]["schema"]["fields"]]
+        assert columns[:3] == ["id", "v", "note"] and "_cdc_op" in columns, columns
+        fed = sink["facets"]["columnLineage"]["fields"]["note"]["inputFields"]
+        assert [(f["namespace"], f["name"], f["field"]) for f in fed] == [(source["namespace"], table, "note")]
+    assert complete["shop_cdc.snapshot_chunk"]["outputs"][0]["outputFacets"]["outputStatistics"]["rowCount"] == 300
+    assert complete["shop_cdc.stream"]["outputs"][0]["outputFacets"]["outputStatistics"]["rowCount"] == 20

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 from airflow_cdc_provider.hooks.spark_job import process_alive
+from airflow_cdc_provider.pipeline.table_schemas import pending_resyncs
 from airflow_cdc_provider.sinks.parquet import ParquetLayout
 from airflow_cdc_provider.state.store import StateStore
 from airflow_cdc_provider.testing.airflow_run import BackgroundDagRun, run_dag
@@ -100,6 +102,8 @@ def test_snapshot_then_stream_then_resume_then_resnapshot(airflow_home, source_d
 
 
 def test_continuous_stream_task_follows_changes_until_stopped(airflow_home, source_db, tmp_path, spark):
+    """The stream task follows changes, is relaunched by its retry after its job died, takes up a table's
+    re-snapshot (after an ALTER held the table) run beside it without stopping, and stops on request."""
     env, dags, pipelines = airflow_home
     make_shop(source_db, orders=3000, customers=50)
     config = write_pipeline(pipelines, source_db, tmp_path,
@@ -124,6 +128,43 @@ def test_continuous_stream_task_follows_changes_until_stopped(airflow_home, sour
         wait_until(lambda: sink_rows(spark, sink, {}, table_types(source_db, "orders")) == source_rows(source_db, "orders"),
                    "the changes made while the job was dead to reach the sink", 120)
         relaunch = state.read_json(state.LAUNCH)
+        layout = ParquetLayout(sink.path)
+        changes = spark.read.parquet(layout.location(layout.changes_dir(source_db.table("orders"))))
+        keys = [tuple(r) for r in changes.select("_cdc_file_seq", "_cdc_pos", "_cdc_row").collect()]
+        assert len(keys) == len(set(keys)) == 20 + 10 + 10, "a change was lost or written twice across the kill"
+
+        # an ALTER holds the table; a re-snapshot run beside the stream's run lets the running stream go on with it
+        orders = source_db.table("orders")
+        before = table_types(source_db, "orders")
+        source_db.execute("ALTER TABLE orders ADD COLUMN qty BIGINT NOT NULL DEFAULT 7")
+        source_db.execute("UPDATE orders SET qty = 5000000000, note = 'altered' WHERE id <= 5")
+        wait_until(lambda: orders in pending_resyncs(state), "the stream to hold the altered table", 120)
+        source_db.execute("UPDATE customers SET name = 'still streamed' WHERE `customer id` = 'c0001'")
+        wait_until(lambda: sink_rows(spark, sink, {}, table_types(source_db, "customers"))
+                   == source_rows(source_db, "customers"), "customers to stream on while orders is held", 120)
+        assert sink_rows(spark, sink, {}, before)[(1,)] == (1, 1, "live"), "a held table's change reached the sink"
+        resnap = run_dag(env, dags, "shop_cdc", conf={"resnapshot": [orders]}, log_file=tmp_path / "resnapshot.log")
+        assert resnap["state"] == "success", (tmp_path / "resnapshot.log").read_text()[-4000:]
+        taken = resnap["xcom"]["stream[-1]"]
+        assert taken["skipped"] == "stream running" and list(taken["taken_up"]) == [orders], taken
+        assert state.read_json(state.LAUNCH)["pid"] == relaunch["pid"] and process_alive(relaunch["pid"]), \
+            "the stream was relaunched instead of taking the re-snapshot up"
+        assert orders not in pending_resyncs(state)
+        source_db.execute("UPDATE orders SET qty = qty + 1, note = 'after resnap' WHERE id BETWEEN 10 AND 12")
+        wait_until(lambda: sink_rows(spark, sink, {}, table_types(source_db, "orders")) == source_rows(source_db, "orders"),
+                   "orders, new column included, to converge after its re-snapshot while the stream ran", 120)
+        assert source_rows(source_db, "orders")[(1,)] == (1, 1, "altered", 5000000000)
+        assert state.read_json(state.LAUNCH)["pid"] == relaunch["pid"]
+        # the command users run instead of writing the conf: a run of the DAG, queued in Airflow with that conf
+        res = subprocess.run([CLI, "resnapshot", str(config), "--table", orders], env=env, capture_output=True,
+                             text=True, timeout=300)
+        said = re.fullmatch(rf"re-snapshot of {re.escape(orders)}: DAG run (\S+) of shop_cdc queued", res.stdout.strip())
+        assert res.returncode == 0 and said, res.stdout + res.stderr
+        runs = subprocess.run([sys.executable, "-m", "airflow", "dags", "list-runs", "shop_cdc", "-o", "json"],
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert runs.returncode == 0, runs.stderr
+        listed = next(json.loads(line) for line in reversed(runs.stdout.splitlines()) if line.startswith("[{"))
+        assert {"run_id": said[1], "state": "queued"}.items() <= next(r for r in listed if r["run_id"] == said[1]).items()
         stop = subprocess.run([CLI, "stop", str(config), "--wait", "120"], env=env, capture_output=True, text=True)
         assert stop.returncode == 0, stop.stdout + stop.stderr
         result = run.result(300)
@@ -135,12 +176,11 @@ def test_continuous_stream_task_follows_changes_until_stopped(airflow_home, sour
     assert result["state"] == "success", result
     assert [t["try_number"] for t in result["tis"] if t["task_id"] == "stream"] == [2]
     stream = result["xcom"]["stream[-1]"]
-    assert stream["state"] == "stopped" and stream["rows_emitted"] == 10, stream  # the retry's own count
+    # the retry's own count, across the query it started again: of orders 10 after the kill, the ALTER's resync
+    # record and 3 after the re-snapshot (the 5 changes the table held are in its snapshot); 1 of customers
+    assert stream["state"] == "stopped" and stream["rows_by_table"] == {
+        source_db.table("orders"): 10 + 1 + 3, source_db.table("customers"): 1}, stream
     assert not process_alive(relaunch["pid"]) and state.read_json(state.LAUNCH) is None
-    layout = ParquetLayout(sink.path)
-    changes = spark.read.parquet(layout.location(layout.changes_dir(source_db.table("orders"))))
-    keys = [tuple(r) for r in changes.select("_cdc_file_seq", "_cdc_pos", "_cdc_row").collect()]
-    assert len(keys) == len(set(keys)) == 20 + 10 + 10, "a change was lost or written twice across the kill"
 
 
 def test_startup_latest_streams_from_the_runs_start_without_a_snapshot(airflow_home, source_db, tmp_path, spark):

@@ -41,6 +41,8 @@ def test_each_sink_type_names_its_tables_by_a_uri_without_credentials():
     assert table_asset_uri(SinkConfig("delta", "s3a://b/cdc/"), "shop.a b") == "s3a://b/cdc/shop.a%2520b"
     jdbc = SinkConfig("jdbc", conn={"host": "pg", "port": 5433, "schema": "dw", "login": "u"}, schema="cdc")
     assert table_asset_uri(jdbc, "shop.orders") == "postgres://pg:5433/dw/cdc/shop__orders"
+    # a key pair written into the sink's URI stays out of the Asset (shown in the UI, sent to every consumer)
+    assert table_asset_uri(SinkConfig("delta", "s3a://AKIAXX:top%2Fsecret@lake/cdc"), "shop.t") == "s3a://lake/cdc/shop.t"
     for sink in (SinkConfig("parquet", "/data/cdc"), jdbc):  # already in the form Airflow normalizes to
         uri = table_asset_uri(sink, "shop.orders")
         assert Asset(uri=uri).uri == uri
