@@ -93,6 +93,12 @@ def test_assets_metrics_progress_and_quiet_logs_of_a_run(airflow_home, source_db
     make_orders(source_db, 300)
     config = write_pipeline(pipelines, source_db, tmp_path, tables=("orders",),
                             extra="stream:\n  mode: continuous\n  trigger_interval: 1 second\n  heartbeat_timeout: 60\n")
+    # the source connection as a UI user creates it, in the metadata database (not an AIRFLOW_CONN_ variable):
+    # the tasks and the triggerer resolve it through the Task SDK, which they must
+    uri = env.pop("AIRFLOW_CONN_SRC")
+    add = subprocess.run([sys.executable, "-m", "airflow", "connections", "add", "src", "--conn-uri", uri], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert add.returncode == 0, add.stdout + add.stderr
     lineage = tmp_path / "openlineage.jsonl"
     env = {**env, "AIRFLOW__METRICS__OTEL_ON": "True", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": metrics.endpoint,
            "OTEL_METRIC_EXPORT_INTERVAL": "500",
@@ -149,6 +155,11 @@ def test_assets_metrics_progress_and_quiet_logs_of_a_run(airflow_home, source_db
     assert metrics.get("stream.batches", dag_id="shop_cdc") >= 1
     assert 0 <= metrics.get("stream.lag_seconds", dag_id="shop_cdc") < 600
     assert 0 <= metrics.get("stream.binlog_bytes_behind", dag_id="shop_cdc") < 64 * 2**20
+
+    # the airflow-cdc command on a machine of the deployment reads the same connection from the metadata database
+    plan = subprocess.run([CLI, "plan", str(config), "--json"], env=env, capture_output=True, text=True, timeout=300)
+    assert plan.returncode == 0 and plan.stdout.startswith("{"), plan.stdout[:3000] + plan.stderr[-3000:]
+    assert [t["table"] for t in json.loads(plan.stdout)["tables"]] == [table]
 
     # OpenLineage: each task that wrote the table names the MySQL table as its input and the sink table as its
     # output, with the columns of both and the trivial column lineage; no secret in any event
