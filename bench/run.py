@@ -3,6 +3,7 @@
     python bench/run.py [--rows 1000000,5000000,10000000] [--tables 10x100000] [--changes 200000]
                         [--latency-seconds 60] [--memory-changes 1000000]
                         [--only snapshot,tables,catchup,latency,memory] [--sinks parquet,jdbc,delta]
+                        [--only chameleon --chameleon-rows 1000000]   (pg_chameleon side by side: bench/chameleon.py)
 
 Everything runs on this machine: a private MariaDB (binlog ROW/FULL) with sysbench tables, a private
 PostgreSQL for the JDBC sink, Airflow (SQLite) running the real generated DAG with ``dag.test()``, and Spark
@@ -89,6 +90,7 @@ from airflow_cdc_provider.testing.postgres import PrivatePostgres  # noqa: E402
 from airflow_cdc_provider.testing.spark import spark_env, spark_submit_binary  # noqa: E402
 from airflow_cdc_provider.testing.spark_connect import PrivateSparkConnect  # noqa: E402
 from airflow_cdc_provider.testing.sysbench import sysbench  # noqa: E402
+from chameleon import side_by_side as chameleon_side_by_side  # noqa: E402
 
 CLI = str(Path(sys.executable).with_name("airflow-cdc"))
 SNAPSHOT_TASKS = ("validate_source", "plan_chunks", "snapshot_chunk", "collect_watermarks")
@@ -648,6 +650,9 @@ def main() -> int:
                          "the memory scenario, each right after the parquet run on the same data")
     ap.add_argument("--no-connect", action="store_true",
                     help="skip the snapshot and the catch-up with their tasks on a Spark Connect server")
+    ap.add_argument("--chameleon-rows", default="1000000",
+                    help="table sizes of --only chameleon, comma separated (not in the default --only: it installs "
+                         "pg_chameleon from the package index, and takes minutes a size)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     args = ap.parse_args()
     only = set(args.only.split(","))
@@ -708,6 +713,9 @@ def main() -> int:
                                       driver_peaks(samplers["parquet"]), "-", "flat in changes")
             if "latency" in only:
                 bench.latency(args.latency_seconds)
+            if "chameleon" in only:
+                for rows in (int(x) for x in args.chameleon_rows.split(",") if x):
+                    chameleon_side_by_side(bench, rows, args.changes)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
