@@ -70,3 +70,27 @@ def test_the_stream_status_says_which_epochs_the_running_stream_has_taken_up(tmp
     legacy = {k: v for k, v in store.read_json(store.STATUS).items() if k != "epochs"}  # a job of an earlier version
     store.write_json(store.STATUS, legacy)
     assert store.read_status().epochs == {}
+
+
+class RunStates:
+    """The task instance's view of other DAG runs (``RuntimeTaskInstance.get_dagrun_state``), as Airflow answers."""
+
+    dag_id, run_id = "shop_cdc", "manual__b"
+
+    def __init__(self, states: dict[str, str]) -> None:
+        self.states = states
+
+    def get_dagrun_state(self, dag_id: str, run_id: str) -> str:
+        if run_id not in self.states:
+            raise RuntimeError(f"DagRun {dag_id}/{run_id} not found")
+        return self.states[run_id]
+
+
+def test_a_snapshot_is_under_way_only_in_another_run_still_queued_or_running():
+    from airflow_cdc_provider.operators.dag_run import snapshots_under_way
+
+    planned = {t: PlannedSnapshot(t, 100, "shop_cdc", run) for t, run in
+               (("db.a", "manual__a"), ("db.b", "manual__b"), ("db.c", "scheduled__c"), ("db.d", "deleted"),
+                ("db.e", "queued__e"))}
+    ti = RunStates({"manual__a": "running", "manual__b": "running", "scheduled__c": "failed", "queued__e": "queued"})
+    assert snapshots_under_way({"ti": ti}, planned) == {"db.a": planned["db.a"], "db.e": planned["db.e"]}
