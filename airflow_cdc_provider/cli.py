@@ -222,8 +222,9 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return 0 if args.wait == 0 else _fail([f"the stream did not stop within {args.wait}s"])
 
 
-def _json_lines(output: str) -> list:
-    """The items of the JSON list an Airflow command printed (``--output json``) among its log lines."""
+def airflow_json_output(output: str) -> list:
+    """The JSON list an ``airflow ... --output json`` command printed: its last line starting with ``[`` (its log
+    lines go to stdout too); empty if there is none."""
     for line in reversed(output.splitlines()):
         if line.startswith("["):
             try:
@@ -262,7 +263,7 @@ def cmd_resnapshot(args: argparse.Namespace) -> int:
     if res.returncode != 0:
         return _fail([f"airflow dags trigger {cfg.dag_id} failed (exit {res.returncode}): "
                       f"{(res.stderr.strip().splitlines() or ['no output'])[-1]}"])
-    run = next((r for r in _json_lines(res.stdout) if isinstance(r, dict)), {})
+    run = next((r for r in airflow_json_output(res.stdout) if isinstance(r, dict)), {})
     print(f"re-snapshot of {', '.join(tables)}: DAG run {run.get('dag_run_id', '(id not reported)')} of {cfg.dag_id} "
           f"{run.get('state', 'triggered')}")
     return 0

@@ -95,7 +95,10 @@ class SparkJobHook(BaseHook):
         cmd = spark_provider.submit_command(self.submit_hook, application)
         env = {**os.environ, **spark_provider.process_env(self.submit_hook)}
         with open(log_path, "ab") as log:
-            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            # stdin from /dev/null: the task's own (under Airflow 3, its supervisor's request socket) must not
+            # outlive the task in the job, or the supervisor holds the worker slot until it times the socket out
+            proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
         return StreamLaunch(launch_id, started, str(log_path), pid=proc.pid, host=socket.gethostname())
 
     @staticmethod

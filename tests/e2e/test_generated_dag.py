@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -10,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from airflow_cdc_provider.cli import airflow_json_output
 from airflow_cdc_provider.hooks.spark_job import process_alive
 from airflow_cdc_provider.pipeline.table_schemas import pending_resyncs
 from airflow_cdc_provider.sinks.parquet import ParquetLayout
@@ -163,7 +163,7 @@ def test_continuous_stream_task_follows_changes_until_stopped(airflow_home, sour
         runs = subprocess.run([sys.executable, "-m", "airflow", "dags", "list-runs", "shop_cdc", "-o", "json"],
                               env=env, capture_output=True, text=True, timeout=300)
         assert runs.returncode == 0, runs.stderr
-        listed = next(json.loads(line) for line in reversed(runs.stdout.splitlines()) if line.startswith("[{"))
+        listed = airflow_json_output(runs.stdout)
         assert {"run_id": said[1], "state": "queued"}.items() <= next(r for r in listed if r["run_id"] == said[1]).items()
         stop = subprocess.run([CLI, "stop", str(config), "--wait", "120"], env=env, capture_output=True, text=True)
         assert stop.returncode == 0, stop.stdout + stop.stderr
