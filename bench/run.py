@@ -34,9 +34,9 @@ PostgreSQL for the JDBC sink, Airflow (SQLite) running the real generated DAG wi
   ``sink: {type: delta}``, right after the parquet run on the same table and binlog (never at the same time),
   compared with the parquet run: snapshot phase time (goal <= 1.2x), catch-up throughput (goal >= 0.8x),
   where the snapshot's window work went (the chunk jobs' window lines: read and staged, then the sink's
-  write, for the delta sink the delta-rs MERGE on the driver), and the peak RSS of the Spark driver's JVM and
-  of its Python driver process (where delta-rs runs) in both sinks' runs, with how much it grows from the
-  smallest to the largest snapshot (``FLAT_IN_ROWS``).
+  write: for the delta sink the data files written from the staged rows and their commit, or a MERGE), and
+  the peak RSS of the Spark driver's JVM and of its Python driver process (where delta-rs runs) in both
+  sinks' runs, with how much it grows from the smallest to the largest snapshot (``FLAT_IN_ROWS``).
 
 Our spark-submits map the JVM class archives of their jobs (``airflow_cdc_provider.spark.launch.class_archive``), which
 the first job of each kind on a machine dumps. The bench keeps them in its work directory and dumps them
@@ -115,7 +115,7 @@ class Results:
 class RssSampler(threading.Thread):
     """Peak resident memory of Spark's JVMs and of the Python processes under them (driver, workers), and of
     the Python drivers alone (the processes running a ``spark_jobs/`` script: where a sink's driver-side work,
-    such as the delta sink's delta-rs MERGE, runs)."""
+    such as the delta sink's commits and MERGEs, runs)."""
 
     def __init__(self, interval: float = 0.2) -> None:
         super().__init__(daemon=True)
@@ -199,7 +199,7 @@ def flat_in_rows(results: Results, peaks: dict[int, tuple[RssSampler, RssSampler
     the Spark driver's JVM, then its Python driver (where delta-rs runs)."""
     small, large = min(peaks), max(peaks)
     for what, attr, goal in (("Spark driver JVM", "peak_jvm", f"<= {FLAT_IN_ROWS}x or parquet's"),
-                             ("Python driver (delta-rs MERGE)", "peak_driver", f"<= {FLAT_IN_ROWS}x")):
+                             ("Python driver (delta-rs)", "peak_driver", f"<= {FLAT_IN_ROWS}x")):
         growth = [getattr(peaks[large][i], attr) / max(1, getattr(peaks[small][i], attr)) for i in (0, 1)]
         ours, base = (f"{getattr(peaks[small][i], attr) / 2**20:.0f} -> {mib(getattr(peaks[large][i], attr))}"
                       for i in (0, 1))
@@ -372,7 +372,8 @@ class Bench:
     def delta_snapshot_lines(self, db: str, rows: int, parquet: tuple, delta: tuple) -> None:
         """The delta sink's snapshot against the parquet sink's (``snapshot_dag`` results of each), and where
         their window work went (the chunk jobs' window lines: the read, then the sink's write; for the delta
-        sink the read also stages the rows and the write is the delta-rs MERGE on the driver)."""
+        sink the read also stages the rows, and the write turns them into the table's data files and commits them,
+        or MERGEs them with delta-rs on the driver)."""
         ours, task_time, _, work, tasks, chunks = delta
         base, base_task_time, _, base_work, _, _ = parquet
         self.results.add(f"snapshot {rows:,} rows -> delta sink ({tasks} chunk task(s), {chunks} chunks) vs the same "
@@ -383,8 +384,8 @@ class Bench:
                          f"{work / base_work:.2f}x window work", "(reference)")
         split, base_split = (window_split(self.work / f"{d}.log") for d in (f"{db}_delta", db))
         if split and base_split:
-            self.results.add("  same: window work split, read (delta: and staged) + sink write (delta: the delta-rs "
-                             "MERGE on the driver)", f"{split[0]:.1f} + {split[1]:.1f} s",
+            self.results.add("  same: window work split, read (delta: and staged) + sink write (delta: data files "
+                             "from the staged rows and their commit)", f"{split[0]:.1f} + {split[1]:.1f} s",
                              f"{base_split[0]:.1f} + {base_split[1]:.1f} s", "-", "(where the time goes)")
 
     def snapshot_on_connect(self, db: str, rows: int, t_plain: float) -> None:
