@@ -255,6 +255,17 @@ def test_continuous_pipeline_in_an_airflow_deployment(source_db, postgres, tmp_p
         assert {(f"{DAG_ID}.{t}", f"{tmp_path}/sink/{orders}") for t in ("snapshot_chunk", "collect_watermarks",
                                                                         "stream")} <= written, sorted(written)
         assert source_db.server.cdc.password not in lineage.read_text()
+
+        # the task logs as the UI shows them: no JVM warnings, no spurious errors, the stream's progress while
+        # it ran (the triggerer's lines in the deferred task's log)
+        logs = {f: f.read_text(errors="replace") for f in (dep.home / "logs" / f"dag_id={DAG_ID}").rglob("*.log")}
+        assert logs, "no task log written"
+        noisy = {str(f): [line for line in text.splitlines() if "[warning][cds]" in line or "XCom not found" in line]
+                 for f, text in logs.items()}
+        assert not any(noisy.values()), {f: lines[:3] for f, lines in noisy.items() if lines}
+        progress = [line for f, text in logs.items() if f"run_id={scheduled}" in str(f) and "task_id=stream" in str(f)
+                    for line in text.splitlines() if "stream running:" in line]
+        assert any("binlog bytes behind" in line for line in progress), progress[-5:]
     finally:
         for w in writers:
             w.stop()
