@@ -89,15 +89,19 @@ class PlanChunksOperator(BaseOperator):
         for name, change in resyncs.items():
             self.log.warning("%s: re-snapshotted now, as the stream's schema change asks", change.describe())
 
-        # another run's snapshot under way (a continuous pipeline runs two at a time) is left to it, unless named
-        under_way = snapshots_under_way(context, p.state.planned_snapshots())
+        # another run's snapshot under way (a continuous pipeline runs two at a time) is left to it, unless named;
+        # looked up once, and only if a table not named needs a snapshot
+        under_way: dict[str, PlannedSnapshot] | None = None
         decided: dict[str, bool] = {}
 
         def needs_snapshot(schema) -> bool:
+            nonlocal under_way
             name = str(schema.table)
             if name not in decided:
                 wanted = name in resnapshot or name in resyncs or (snapshot_first and name not in finished)
-                decided[name] = wanted and (name in resnapshot or name not in under_way)
+                if wanted and name not in resnapshot and under_way is None:
+                    under_way = snapshots_under_way(context, p.state.planned_snapshots())
+                decided[name] = wanted and (name in resnapshot or name not in (under_way or {}))
                 if wanted and not decided[name]:
                     other = under_way[name]
                     self.log.info("%s: its snapshot (epoch %d) is under way in DAG run %s: left to that run", name,

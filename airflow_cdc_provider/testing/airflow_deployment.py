@@ -150,11 +150,15 @@ class PrivateAirflowDeployment(PrivateServer):
         return self
 
     def _create_database(self) -> None:
-        conn = self.postgres.connect()
+        self._administer(self.postgres.connect(), f"CREATE DATABASE {self.database}")
+
+    @staticmethod
+    def _administer(conn, statement: str) -> None:
+        """One statement outside a transaction (CREATE and DROP DATABASE), then the connection closed."""
         try:
             conn.autocommit = True
             with conn.cursor() as cur:
-                cur.execute(f"CREATE DATABASE {self.database}")
+                cur.execute(statement)
         finally:
             conn.close()
 
@@ -208,12 +212,7 @@ class PrivateAirflowDeployment(PrivateServer):
             conn = self.postgres.connect()
         except Exception:  # noqa: BLE001 - the server is gone: so is the database
             return
-        try:
-            conn.autocommit = True
-            with conn.cursor() as cur:
-                cur.execute(f"DROP DATABASE IF EXISTS {self.database} WITH (FORCE)")
-        finally:
-            conn.close()
+        self._administer(conn, f"DROP DATABASE IF EXISTS {self.database} WITH (FORCE)")
 
     # -- the airflow CLI and the REST API -----------------------------------------------------------
     def airflow(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
