@@ -74,7 +74,12 @@ class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
         if is_backfill(context):
             self.log.info("backfill run: the stream is not launched; the pipeline's own runs stream every change "
                           "(a backfill re-snapshots the tables named in its conf's resnapshot, nothing more)")
-            return {"skipped": "backfill"}
+            ti, holder = context["ti"], p.state.read_lease()
+            if holder is None or holder.mode != "continuous" or not self._holder_alive(p, holder):
+                return {"skipped": "backfill"}
+            # its re-snapshots, if any, are taken up by the continuous stream running now
+            taken_up = self._hand_over_snapshots(p, holder, f"{ti.dag_id}/{ti.run_id}/{ti.task_id}")
+            return {"skipped": "backfill", **({"taken_up": taken_up} if taken_up else {})}
         seed = p.state.read_seed()
         if seed is None and p.stream.startup == "initial":
             under_way = snapshots_under_way(context, p.state.planned_snapshots())
