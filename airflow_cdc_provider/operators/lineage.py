@@ -30,7 +30,6 @@ log = logging.getLogger("airflow_cdc.lineage")
 TRANSFORMATION = "IDENTITY"  # a sink column holds the source column's value (in the sink's type for it)
 OBJECT_STORE_SCHEMES = {"s3": "s3", "s3a": "s3", "s3n": "s3", "gs": "gs", "gcs": "gs"}
 AZURE_SCHEMES = ("abfs", "abfss", "wasb", "wasbs", "az")  # their URI's user part is the container, not a login
-STREAM_SPEC = "specs/binlog_stream.json"  # where BinlogStreamOperator stores its job's spec in the state store
 
 
 # -- names ------------------------------------------------------------------------------------------------
@@ -214,9 +213,9 @@ def streamed_tables(state, status: Mapping[str, Any]) -> dict[str, int | None]:
 
     rows = {t: int(n) for t, n in (status.get("rows_by_table") or {}).items()}
     captured: Iterable[str] = rows
-    text = state.storage.read_text(STREAM_SPEC) if status.get("launch_id") else None
+    text = state.read_spec(state.STREAM_SPEC) if status.get("launch_id") else None
     if text:
-        spec = JobSpec.from_json(text, where=STREAM_SPEC)
+        spec = JobSpec.from_json(text, where=f"specs/{state.STREAM_SPEC}")
         if spec.launch_id == status["launch_id"]:
             captured = spec.tables
     return {t: rows.get(t, 0) for t in captured}

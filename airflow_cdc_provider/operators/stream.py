@@ -113,7 +113,7 @@ class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
 
     def _run_available_now(self, context: Any, p, tables: list[str]) -> dict[str, Any]:
         spec = p.job_spec(server_id=p.server_id(STREAM_SERVER_ID_SLOT), tables=tables, launch_id=self._launch_id)
-        spec_path = p.state.write_spec("binlog_stream.json", spec.to_json())
+        spec_path = p.state.write_spec(p.state.STREAM_SPEC, spec.to_json())
         p.state.clear_stop()
         if self.connect_conn_id:
             self.run_on_connect(p, spec)
@@ -239,7 +239,7 @@ class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
                           "(a Connect session lasts only as long as its task's process)", self.connect_conn_id)
         try:
             spec = p.job_spec(server_id=p.server_id(STREAM_SERVER_ID_SLOT), tables=tables, launch_id=self._launch_id)
-            spec_path = p.state.write_spec("binlog_stream.json", spec.to_json())
+            spec_path = p.state.write_spec(p.state.STREAM_SPEC, spec.to_json())
             p.state.clear_stop()
             target = self.configure_job(p, spec_path, detached=True)
             launch = self.launch_detached(p.state.local_dir("stream") / "job.log", self._launch_id, target)

@@ -80,11 +80,16 @@ class StateStore:
         d.mkdir(parents=True, exist_ok=True)
         return d
 
+    STREAM_SPEC = "binlog_stream.json"  # the stream job's spec, as its task stores it
+
     def write_spec(self, name: str, spec_json: str) -> str:
         """Store a job spec (it holds no secrets) where the job reads it; returns its location for ``--spec``."""
         rel = f"specs/{name}"
         self.storage.write_text(rel, spec_json)
         return self.storage.location(rel)
+
+    def read_spec(self, name: str) -> str | None:
+        return self.storage.read_text(f"specs/{name}")
 
     def upload(self, local_file: Path, rel: str) -> str:
         """Copy a local file into the store once (``rel`` names content, e.g. by hash); returns its location."""

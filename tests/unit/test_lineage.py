@@ -192,7 +192,7 @@ def test_collect_reports_the_tables_it_made_current(env):
 def test_stream_reports_the_tables_its_job_captured(env):
     p = pipeline(env, "sink: {type: delta}\n")
     # as BinlogStreamOperator stores its job's spec
-    p.state.write_spec("binlog_stream.json", p.job_spec(server_id=1, tables=["shop.items", "shop.orders"],
+    p.state.write_spec(p.state.STREAM_SPEC, p.job_spec(server_id=1, tables=["shop.items", "shop.orders"],
                                                         launch_id="launch-1").to_json())
     task = BinlogStreamOperator(task_id="stream", config=written(env))
     status = {"state": "finished", "mode": "available_now", "launch_id": "launch-1",
