@@ -12,6 +12,9 @@ row event, so the stream must see them as events too:
   ALTER that adds, drops, renames or retypes columns, a table renamed into the captured name, a statement
   about the table that cannot be classified). The stream holds the table's changes from here on and the
   table is re-snapshotted (its new epoch's rows are read after the statement, so nothing is lost).
+* ``evolve``: an ALTER the stream applies in place (columns added with a constant default, dropped, renamed
+  or widened): later rows are decoded with the table's next version (``source.table_versions``) and the
+  sinks take the same change; the record marks where in the changelog.
 
 The classification of statements lives with the source (``source/ddl.py``); this record is what crosses
 from the binlog reader to the sinks and the state store.
@@ -28,10 +31,11 @@ from airflow_cdc_provider.core.offsets import EventPosition
 TRUNCATE = "truncate"
 DROP = "drop"
 RESYNC = "resync"
-KINDS = (TRUNCATE, DROP, RESYNC)
+EVOLVE = "evolve"
+KINDS = (TRUNCATE, DROP, RESYNC, EVOLVE)
 
 # the stream's op code of each kind (the sinks' ``_cdc_op`` column for a truncate or drop record)
-OP_OF_KIND = {TRUNCATE: "t", DROP: "x", RESYNC: "s"}
+OP_OF_KIND = {TRUNCATE: "t", DROP: "x", RESYNC: "s", EVOLVE: "e"}
 KIND_OF_OP = {op: kind for kind, op in OP_OF_KIND.items()}
 
 

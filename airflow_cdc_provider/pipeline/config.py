@@ -191,8 +191,9 @@ class StreamConfig:
     heartbeat_timeout: PositiveInt = 120  # seconds without a heartbeat before the stream task fails
     deferrable: Bool = True  # continuous: watch from the triggerer
     reconnect_timeout: PositiveInt = 300  # seconds the stream keeps reconnecting to an unreachable source
-    # a captured table's schema change: resnapshot (hold its changes, re-snapshot it in the next run) or fail
-    schema_changes: Literal["resnapshot", "fail"] = "resnapshot"
+    # a captured table's schema change: evolve (apply column adds, drops, renames and widenings in place, re-snapshot
+    # the table for anything else), resnapshot (hold its changes, re-snapshot it in the next run) or fail
+    schema_changes: Literal["evolve", "resnapshot", "fail"] = "evolve"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.schema_changes import DROP, RESYNC, SchemaChange
 from airflow_cdc_provider.source.schema import TableConfigError, TableSchema, list_tables, load_schema
+from airflow_cdc_provider.source.table_versions import TableVersion
 from airflow_cdc_provider.state.store import StateStore
 
 log = logging.getLogger("airflow_cdc.schema")
@@ -65,3 +66,27 @@ def dropped_tables(store: StateStore) -> dict[str, SchemaChange]:
     finished = store.finished_tables()
     last = {str(c.table): c for c in store.schema_changes()}
     return {name: c for name, c in last.items() if c.kind == DROP and _not_covered(c, finished.get(name))}
+
+
+def stream_versions(conn: Any, store: StateStore, tables: Mapping[str, Any],
+                    epochs: Mapping[str, int]) -> dict[str, list[TableVersion]]:
+    """Each table's versions for the stream (``source.table_versions``), in its current snapshot epoch: the
+    base (the definition the epoch's snapshot read the table with; without a snapshot, the source's definition
+    when the stream first started, which becomes the base), then every version recorded since. A stream that
+    starts after an ALTER, or restarts from a checkpoint before one, therefore decodes the old events with the
+    definition they were written under, whatever the source's definition is now."""
+    out = {}
+    for name, chunk_key in tables.items():
+        epoch = int(epochs.get(name, 0))
+        versions = store.table_versions(name, epoch)
+        if store.snapshot_definitions_mixed(name, epoch):  # no base to trust: today's definition, nothing in place
+            out[name] = [TableVersion(0, stream_schemas(conn, store, {name: chunk_key})[name])]
+            continue
+        if not versions:
+            schema = stream_schemas(conn, store, {name: chunk_key})[name]
+            store.write_table_base(name, epoch, TableVersion(0, schema))
+            versions = store.table_versions(name, epoch)
+        else:
+            store.write_table_schema(name, versions[-1].schema.to_dict())
+        out[name] = versions
+    return out

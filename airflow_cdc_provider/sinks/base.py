@@ -89,6 +89,9 @@ class Sink(abc.ABC):
     # whether the sink's writes run our Python code on the executors (a Spark Connect server's Python workers
     # then need this package shipped to the session)
     writes_from_executors: ClassVar[bool] = False
+    # whether the stream applies an ALTER that adds, drops, renames or widens columns in place (``evolve_in_place``);
+    # otherwise such an ALTER holds the table until it is re-snapshotted
+    evolves_in_place: ClassVar[bool] = False
 
     def __init__(self, config: SinkConfig, secrets: Mapping[str, str], spark: Any = None) -> None:
         self.config = config
@@ -120,6 +123,15 @@ class Sink(abc.ABC):
         """Once per table and job, before the first write: create the table, record its definition. ``evolve``
         (the snapshot job): an existing table takes the source's new definition for this snapshot; the stream
         never changes it (a table held for a re-snapshot keeps its sink as it was)."""
+
+    def evolve_in_place(self, versions) -> None:
+        """Bring the table to the newest of ``versions`` (``source.table_versions.TableVersion``, numbered 0..n;
+        version 0 is the definition its snapshot epoch was read with), as the source's ALTERs did: renamed
+        columns keep their values, added ones hold the version's ``added`` value in every existing row,
+        dropped ones go, widened ones take the wider type. Called by the stream job when its query starts,
+        before any batch written with the newest version (``types.version``); idempotent (a restart calls it
+        again). Only for sinks whose ``evolves_in_place`` is true."""
+        raise NotImplementedError(f"the {self.type} sink does not apply schema changes in place")
 
     @abc.abstractmethod
     def open_window(self, rows, types, epoch: int, indexes: list[int], low_watermark: Version,

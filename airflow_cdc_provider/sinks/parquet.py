@@ -2,7 +2,8 @@
 
 ::
 
-    <path>/<db.table>/_schema.json                        Spark schema of the data columns
+    <path>/<db.table>/_schema.json                        Spark schema of the data columns (the newest version's)
+    <path>/<db.table>/_schema_history.json                the table's versions, once its columns changed in place
     <path>/<db.table>/snapshot/epoch=<E>/chunks=<i>-<j>/_cdc_file_seq=<S>/_cdc_pos=<P>/_cdc_row=<R>/*.parquet
                                       rows of chunks i..j (one watermark window) as of their high watermark
     <path>/<db.table>/snapshot/_current.json              {"epoch": E, "min_low_watermark": [seq, pos, row]}
@@ -26,18 +27,39 @@ that epoch's smallest low watermark; per key the highest version wins; keys whos
 gone; a truncate or drop record removes every row older than it. Changes older than the epoch's low watermark
 are superseded by the re-snapshot (and may miss deletes the stream filtered as already contained in it), so
 they are left out.
+
+Columns changed in place (``evolve_in_place``: an ALTER that adds a column with a constant default, drops,
+renames or widens columns) rewrite no file. ``_schema_history.json`` lists the table's versions (see
+``source.table_versions``), each ``{"number", "schema": Spark schema JSON of its data columns, "renamed": {new:
+old}, "added": {column: the value existing rows hold, JSON, tagged when not a plain JSON value}, "first_batch":
+the first changes batch written under it, null until one is}``; ``_schema.json`` is the newest version's.
+Every part was written under one version: the current epoch under version 0, a changes batch ``B`` under the
+newest version whose ``first_batch <= B`` (the oldest version before every recorded one). A reader reads each
+part with its version's columns and carries its rows up to the newest version (``table_versions.origins``):
+renamed columns keep their values, added ones hold the recorded value, dropped ones go, widened ones are cast;
+then the rule above applies. Without the file every part has the columns of ``_schema.json``. A reader of the
+files themselves (plain pyarrow, DuckDB) must, once the file exists, read through ``read_current_state``
+(``sinks.parquet_arrow``) or ``airflow-cdc materialize`` instead.
+
+A re-snapshot under a new definition moves the changelog to ``_superseded/`` and removes the history (its epoch
+is version 0 of a new one); one under the newest definition renumbers the history so the newest version is 0,
+which the stream's versions of the new epoch start from, and keeps the changelog.
 """
 
 from __future__ import annotations
 
+import base64
+import datetime as dt
 import json
 import uuid
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Callable, Literal
 
 from airflow_cdc_provider.sinks.base import (
     CHUNK_COLUMN,
     EMPTYING_OPS,
+    META_NAMES,
     ROW_OPS,
     VERSION_COLUMNS,
     FileSink,
@@ -46,7 +68,20 @@ from airflow_cdc_provider.sinks.base import (
     SinkError,
     Version,
 )
+from airflow_cdc_provider.sinks.parquet_arrow import (
+    HISTORY_FILE,
+    SPARK_JSON_TYPES,
+    Carried,
+    batch_ids,
+    carry_plan,
+    encode_sink_value,
+    epoch_version,
+    group_batches,
+    read_history,
+    schema_text,
+)
 from airflow_cdc_provider.sinks.registry import register_sink
+from airflow_cdc_provider.sinks.types import TableSinkTypes
 from airflow_cdc_provider.spark.frames import col, cols, latest_per_key, meta_ddl, newer_than
 from airflow_cdc_provider.state.storage import Storage
 from airflow_cdc_provider.state.store import table_dir_name
@@ -155,6 +190,19 @@ class ParquetLayout:
     def has_changes(self, table: str) -> bool:
         return any(n.startswith("batch=") for n in self.storage.listdir(self.changes_dir(table)))
 
+    def batch_ids(self, table: str) -> list[int]:
+        return batch_ids(self.storage.listdir(self.changes_dir(table)))
+
+    def read_history(self, table: str) -> list[dict[str, Any]]:
+        """The table's versions in ``_schema_history.json``; [] when its columns never changed in place."""
+        return read_history(self.storage, self.table_dir(table))
+
+    def write_history(self, table: str, history: list[dict[str, Any]]) -> None:
+        self.storage.write_text(f"{self.table_dir(table)}/{HISTORY_FILE}", json.dumps(history))
+
+    def delete_history(self, table: str) -> None:
+        self.storage.delete(f"{self.table_dir(table)}/{HISTORY_FILE}")
+
 
 @dataclass(kw_only=True)
 class ParquetSinkSettings:
@@ -176,24 +224,69 @@ class ParquetSink(FileSink):
     type = "parquet"
     default_dir = "sink"
     settings = ParquetSinkSettings
+    evolves_in_place = True
 
     def __init__(self, config: SinkConfig, secrets, spark=None) -> None:
         super().__init__(config, secrets, spark)
         self.layout = ParquetLayout(config.path)
+        self._histories: dict[str, list[dict[str, Any]]] = {}  # per table, as last read or written
 
     def finish_snapshot(self, table: str, epoch: int, min_low_watermark: Version,
                         emptied_after: tuple = ()) -> None:
         """Make the epoch current. If it was read under a new definition of the table (``prepare`` staged it),
         the changes written under the old one move to ``_superseded/`` first: the new epoch supersedes them,
-        and they cannot be read with the new columns' types. Truncate and drop records need nothing here:
-        reading the state filters by their versions."""
+        and they cannot be read with the new columns' types; so do changes of versions applied in place, whose
+        history starts again with the new epoch. An epoch read under the newest version applied in place makes
+        it version 0 (``_rebase_history``). Truncate and drop records need nothing here: reading the state
+        filters by their versions."""
         staged = self.layout.read_schema(table, staged=True)
         if staged is not None:
-            if staged != self.layout.read_schema(table) and self.layout.has_changes(table):
+            history = self.layout.read_history(table)
+            if (staged != self.layout.read_schema(table) or history) and self.layout.has_changes(table):
                 self.layout.supersede_changes(table)
+            if history:
+                self.layout.delete_history(table)
             self.layout.write_schema(table, staged)
             self.layout.delete_staged_schema(table)
+        else:
+            previous = self.layout.read_current(table)
+            if previous is None or previous["epoch"] != epoch:
+                self._rebase_history(table)
+        self._histories.pop(table, None)
         self.layout.write_current(table, epoch, min_low_watermark)
+
+    def _rebase_history(self, table: str) -> None:
+        """A new epoch read under the newest version (its columns are ``_schema.json``): number the versions so
+        that it is 0, as the stream numbers the epoch's versions; older ones go negative and keep telling which
+        columns the batches written under them have."""
+        history = self.layout.read_history(table)
+        if history and history[-1]["number"] != 0:
+            top = history[-1]["number"]
+            self.layout.write_history(table, [{**e, "number": e["number"] - top} for e in history])
+
+    def evolve_in_place(self, versions) -> None:
+        """Record ``versions`` in ``_schema_history.json`` (new ones appended; recorded ones and their first batch
+        kept) and make the newest the table's ``_schema.json``. No file is rewritten: readers carry each part up
+        from the version it was written under. A table whose columns never changed records nothing."""
+        table = versions[-1].table
+        recorded = self.layout.read_history(table)
+        if not recorded and len(versions) < 2:
+            self._histories[table] = []
+            return
+        entries = {e["number"]: e for e in recorded}
+        for version in versions:
+            entry = history_entry(version)
+            known = entries.setdefault(version.number, entry)
+            if known["schema"] != entry["schema"]:
+                raise SinkError(
+                    f"{table}: the parquet sink records version {version.number} of its definition with other columns "
+                    f"than the stream's ({', '.join(f['name'] + ' ' + f['type'] for f in known['schema']['fields'])}); "
+                    f"its history is of another definition: re-snapshot the table")
+        history = sorted(entries.values(), key=lambda e: e["number"])
+        if history != recorded:
+            self.layout.write_history(table, history)
+        self._histories[table] = history
+        self.layout.write_schema(table, schema_text(history[-1]["schema"]))
 
     def prepare(self, types, evolve: bool = False) -> None:
         """Record the table's columns the first time; a snapshot under another definition (``evolve``) stages
@@ -278,9 +371,35 @@ class ParquetSink(FileSink):
         df.write.mode("overwrite").parquet(self.layout.location(staging))
         mid_write()
         if rows():
+            self._note_first_batch(table, types.version, batch_id)
             self.layout.publish(staging, self.layout.batch_dir(table, batch_id))
         else:
             self.layout.storage.rmtree(staging)
+
+    def _note_first_batch(self, table: str, version: int, batch_id: int) -> None:
+        """Record ``batch_id`` as the first batch of ``version`` if none is yet, before the batch is published: a
+        reader never sees a batch without knowing which columns it has. The history is read once per table and
+        kept; again only when a version it lacks is written."""
+        history = self._histories.get(table)
+        if history is None or (version > 0 and not any(e["number"] == version for e in history)):
+            history = self._histories[table] = self.layout.read_history(table)
+        entry = next((e for e in history if e["number"] == version), None)
+        if entry is None:
+            if version > 0 or history:
+                raise SinkError(f"{table}: a batch written with version {version} of its definition, which the parquet "
+                                "sink has not recorded (evolve_in_place was not called with it)")
+            return
+        if entry is history[0] or entry["first_batch"] is not None:
+            return
+        final = self.layout.batch_dir(table, batch_id)
+        if self.layout.storage.exists(final):  # an earlier attempt of the batch, under an older version
+            self.layout._discard(final)
+        history = self.layout.read_history(table)  # as evolve_in_place may have left it since it was kept
+        entry = next((e for e in history if e["number"] == version), None)
+        if entry is not None and entry["first_batch"] is None:
+            entry["first_batch"] = batch_id
+            self.layout.write_history(table, history)
+        self._histories[table] = history
 
     def current_state(self, types, include_meta: bool = False):
         """Rows of the current snapshot epoch + newer changes; newest version per key; deletes dropped."""
@@ -289,16 +408,10 @@ class ParquetSink(FileSink):
 
         table = str(types.schema.table)
         schema = StructType.fromDDL(types.spark_ddl + ", " + meta_ddl())
-        parts = []
         current = self.layout.read_current(table)
-        if current:
-            d = self.layout.epoch_dir(table, current["epoch"])
-            parts.append(self.spark.read.schema(schema).parquet(self.layout.location(d)).select(*cols(schema.fieldNames())))
-        if self.layout.has_changes(table):
-            ch = self.spark.read.schema(schema).parquet(self.layout.location(self.layout.changes_dir(table)))
-            if current:
-                ch = ch.filter(newer_than(current["min_low_watermark"]))
-            parts.append(ch.select(*cols(schema.fieldNames())))
+        history = self.layout.read_history(table)
+        parts = (self._versioned_parts(table, schema, current, history) if history
+                 else self._parts(table, schema, current))
         if not parts:
             names = schema.fieldNames() if include_meta else types.schema.column_names
             return self.spark.createDataFrame([], schema).select(*cols(names))
@@ -312,6 +425,103 @@ class ParquetSink(FileSink):
         df = df.filter(F.col("_cdc_op").isin(*ROW_OPS))
         df = latest_per_key(df, types.schema.key_columns).filter(F.col("_cdc_op") != "d")
         return df if include_meta else df.select(*cols(types.schema.column_names))
+
+    def _parts(self, table: str, schema, current) -> list:
+        """The epoch and the changes of a table whose columns never changed in place: one read each."""
+        parts = []
+        if current:
+            d = self.layout.epoch_dir(table, current["epoch"])
+            parts.append(self.spark.read.schema(schema).parquet(self.layout.location(d)).select(*cols(schema.fieldNames())))
+        if self.layout.has_changes(table):
+            ch = self.spark.read.schema(schema).parquet(self.layout.location(self.layout.changes_dir(table)))
+            if current:
+                ch = ch.filter(newer_than(current["min_low_watermark"]))
+            parts.append(ch.select(*cols(schema.fieldNames())))
+        return parts
+
+    def _versioned_parts(self, table: str, schema, current, history: list[dict[str, Any]]) -> list:
+        """The epoch and the changes batches of each version, each group read with its version's columns and
+        carried up to ``schema``."""
+        from pyspark.sql.types import StructType
+
+        meta = StructType.fromDDL(meta_ddl()).fields
+
+        def read(index: int, paths: list[str], low) -> Any:
+            columns = StructType.fromJson(history[index]["schema"])
+            df = self.spark.read.schema(StructType([*columns.fields, *meta])).parquet(
+                *[self.layout.location(p) for p in paths])
+            if low is not None:
+                df = df.filter(newer_than(low))
+            return _carried(df, columns, carry_plan(history, index), schema)
+
+        parts = []
+        if current:
+            parts.append(read(epoch_version(history), [self.layout.epoch_dir(table, current["epoch"])], None))
+        low = current["min_low_watermark"] if current else None
+        for index, ids in group_batches(history, self.layout.batch_ids(table)).items():
+            parts.append(read(index, [self.layout.batch_dir(table, b) for b in ids], low))
+        return parts
+
+
+def history_entry(version) -> dict[str, Any]:
+    """A ``TableVersion`` as ``_schema_history.json`` records it: its sink columns, and added values as stored."""
+    types = TableSinkTypes.of(version.schema)
+    by_name = dict(zip(version.schema.column_names, types.types, strict=True))
+    return {"number": version.number, "schema": spark_schema(types), "renamed": dict(version.renamed),
+            "added": {c: encode_sink_value(by_name[c].convert(v)) for c, v in version.added.items()},
+            "first_batch": None}
+
+
+def spark_schema(types) -> dict[str, Any]:
+    """``StructType.fromDDL(types.spark_ddl).jsonValue()``, without Spark."""
+    return {"type": "struct", "fields": [
+        {"name": c.name, "type": SPARK_JSON_TYPES.get(t.spark, t.spark), "nullable": True, "metadata": {}}
+        for c, t in zip(types.schema.columns, types.types, strict=True)]}
+
+
+def _carried(df, columns, plan: list[Carried], schema):
+    """Rows read with ``columns`` (a version's) with the data columns of ``schema`` (``plan`` says where each
+    is), then the metadata columns."""
+    from pyspark.sql import functions as F
+
+    source = {f.name: f.dataType for f in columns.fields}
+    by_name = {c.name: c for c in plan}
+    exprs = []
+    for f in schema.fields:
+        if f.name in META_NAMES:
+            continue
+        c = by_name.get(f.name)
+        if c is None or (c.kind == "column" and c.source not in source):
+            e = F.lit(None).cast(f.dataType)
+        elif c.kind == "column":
+            e = col(c.source) if source[c.source] == f.dataType else col(c.source).cast(f.dataType)
+        else:
+            e = _spark_literal(c.source, f.dataType)
+        exprs.append(e.alias(f.name))
+    return df.select(*exprs, *cols(META_NAMES))
+
+
+def _spark_literal(value: Any, data_type):
+    """A sink value as a Spark literal of ``data_type``; temporal and binary values go through exact forms
+    (not the driver's time zone)."""
+    from pyspark.sql import functions as F
+
+    if value is None:
+        lit = F.lit(None)
+    elif isinstance(value, (bytes, bytearray)):
+        lit = F.unbase64(F.lit(base64.b64encode(bytes(value)).decode("ascii")))
+    elif isinstance(value, dt.datetime) and value.tzinfo is not None:
+        micros = (value - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(microseconds=1)
+        lit = F.expr(f"timestamp_micros({micros})")
+    elif isinstance(value, dt.datetime):
+        lit = F.lit(value.isoformat()).cast("timestamp_ntz")
+    elif isinstance(value, dt.date):
+        lit = F.lit(value.isoformat()).cast("date")
+    elif isinstance(value, Decimal):
+        lit = F.lit(format(value, "f"))
+    else:
+        lit = F.lit(value)
+    return lit.cast(data_type)
 
 
 class StagedWindow:

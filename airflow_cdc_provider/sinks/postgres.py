@@ -11,6 +11,11 @@ Upserts apply only when the incoming version is newer::
 so replays, retries, late snapshot rows and out-of-order writes converge to the newest state, and a delete
 (a tombstone with the delete's version) is never undone by an older write.
 
+The table version (``source.table_versions``) a mirror's columns are at is recorded in the sink schema's
+``"_cdc_schema_versions"`` (no row: version 0, the definition the snapshot created it with). The stream brings
+a mirror to its newest version in place (``PostgresMirror.evolve_in_place``), all steps and the record in one
+transaction, so a crash leaves the mirror at the version it records.
+
 The dialect is small on purpose: a MySQL/MariaDB target needs ``INSERT ... ON DUPLICATE KEY UPDATE`` with
 ``IF(version newer, new, old)`` per column and its own type names; nothing else changes.
 """
@@ -37,10 +42,13 @@ from airflow_cdc_provider.sinks.base import (
     Version,
 )
 from airflow_cdc_provider.sinks.registry import register_sink
+from airflow_cdc_provider.sinks.types import TableSinkTypes
 from airflow_cdc_provider.spark.frames import col, latest_per_key, with_meta
 
 META_PG_TYPES = {"string": "text", "bigint": "bigint", "int": "integer"}
 PG_IDENTIFIER_MAX = 63
+OWN_COLUMNS = frozenset({*META_NAMES, "_cdc_deleted", "_cdc_chunk"})  # the mirror's columns that are not data
+VERSIONS_TABLE = "_cdc_schema_versions"  # per mirror table, the table version its columns are at
 
 
 def pg_ident(name: str) -> str:
@@ -110,18 +118,88 @@ class PostgresMirror:
         ]
 
     def ensure_table(self, table: str, columns: Sequence[tuple[str, str]], key_columns: Sequence[str],
-                     evolve: bool = False) -> None:
+                     evolve: bool = False, version: int = 0) -> None:
         """Create the mirror table; with ``evolve``, bring an existing one to ``columns`` (the source's definition
         changed and the table is being re-snapshotted): new columns added, gone ones dropped, a column of
-        another type dropped and added again; the snapshot writes their values."""
+        another type dropped and added again; the snapshot writes their values. A table created or evolved
+        here is at ``version`` (of the epoch whose definition ``columns`` is); an existing one left as it is
+        keeps the version it records."""
         with self.cursor() as cur:
-            cur.execute("SELECT to_regclass(%s)", (self.qualified(table),))
-            exists = cur.fetchone()[0] is not None
-            for stmt in self.create_table_sql(table, columns, key_columns):
+            self._ensure(cur, table, columns, key_columns, evolve, version)
+
+    def _ensure(self, cur: Any, table: str, columns: Sequence[tuple[str, str]], key_columns: Sequence[str],
+                evolve: bool, version: int) -> None:
+        cur.execute("SELECT to_regclass(%s)", (self.qualified(table),))
+        exists = cur.fetchone()[0] is not None
+        for stmt in self.create_table_sql(table, columns, key_columns):
+            cur.execute(stmt)
+        if exists and evolve:
+            for stmt in self.evolve_sql(cur, table, columns, key_columns):
                 cur.execute(stmt)
-            if exists and evolve:
-                for stmt in self.evolve_sql(cur, table, columns, key_columns):
+        if not exists or evolve:
+            self._record_version(cur, table, version)
+
+    # -- table versions ----------------------------------------------------------------------------
+    def versions_table(self) -> str:
+        return f"{pg_ident(self.sink.schema)}.{pg_ident(VERSIONS_TABLE)}"
+
+    def recorded_version(self, cur: Any, table: str) -> int:
+        """The table version the mirror's columns are at; 0 when none is recorded."""
+        cur.execute("SELECT to_regclass(%s)", (self.versions_table(),))
+        if cur.fetchone()[0] is None:
+            return 0
+        cur.execute(f"SELECT version FROM {self.versions_table()} WHERE mirror = %s", (mirror_table_name(table),))
+        row = cur.fetchone()
+        return 0 if row is None else int(row[0])
+
+    def _record_version(self, cur: Any, table: str, version: int) -> None:
+        cur.execute(f"CREATE TABLE IF NOT EXISTS {self.versions_table()} (mirror text PRIMARY KEY, "
+                    "version integer NOT NULL, updated_at timestamptz NOT NULL DEFAULT now())")
+        cur.execute(f"INSERT INTO {self.versions_table()} (mirror, version) VALUES (%s, %s) ON CONFLICT (mirror) "
+                    "DO UPDATE SET version = EXCLUDED.version, updated_at = now()", (mirror_table_name(table), version))
+
+    def data_columns(self, cur: Any, table: str) -> list[str]:
+        cur.execute("SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 AND NOT "
+                    "attisdropped ORDER BY attnum", (self.qualified(table),))
+        return [r[0] for r in cur.fetchall() if r[0] not in OWN_COLUMNS]
+
+    def evolve_in_place(self, versions: Sequence[Any]) -> int:
+        """Bring the mirror of ``versions[-1].table`` from the version it records to the newest of ``versions``
+        (``TableVersion``s numbered 0..n), each step's ALTERs in order and then the record, in one transaction:
+        a crash or an error leaves it at the version it was. Returns the version it was at. A mirror that does
+        not exist yet is created at the newest version."""
+        check_numbering(versions)
+        newest = versions[-1]
+        table, n = newest.table, newest.number
+        q = self.qualified(table)
+        with self.cursor() as cur:
+            cur.execute("SELECT to_regclass(%s)", (q,))
+            if cur.fetchone()[0] is None:
+                self._ensure(cur, table, pg_columns(TableSinkTypes.of(newest.schema, n)), newest.schema.key_columns,
+                             False, n)
+                return n
+            if self.recorded_version(cur, table) == n:
+                return n
+            # one evolution at a time: a concurrent one waits here, then finds the version this one recorded
+            cur.execute(f"LOCK TABLE {q} IN ACCESS EXCLUSIVE MODE")
+            at = self.recorded_version(cur, table)
+            if at == n:
+                return n
+            if at > n:
+                raise SinkError(
+                    f"the mirror table {q} is at version {at} of {table}'s definition, newer than the newest the "
+                    f"stream knows ({n}); it was evolved by another epoch's stream: drop {q} and re-snapshot the table")
+            have, want = self.data_columns(cur, table), versions[at].schema.column_names
+            if sorted(have) != sorted(want):
+                raise SinkError(
+                    f"the mirror table {q} has the columns ({', '.join(have)}), not those of version {at} of {table} "
+                    f"it records ({', '.join(want)}); it was changed outside the pipeline: drop {q} and re-snapshot "
+                    "the table")
+            for k in range(at, n):
+                for stmt in evolution_step(versions[k], versions[k + 1]).sql(q, lambda v: literal(cur, v)):
                     cur.execute(stmt)
+            self._record_version(cur, table, n)
+            return at
 
     def evolve_sql(self, cur: Any, table: str, columns: Sequence[tuple[str, str]], key_columns: Sequence[str]) -> list[str]:
         """The ALTERs that give the mirror table exactly the data columns ``columns`` (types compared as
@@ -225,6 +303,88 @@ class PostgresMirror:
             return self._tombstone(cur, table, "({v}) < (%s, %s, %s)", tuple(min_low_watermark))
 
 
+def pg_columns(types: TableSinkTypes) -> list[tuple[str, str]]:
+    """The data columns of a table's mirror: (name, PostgreSQL type)."""
+    return [(c.name, t.postgres) for c, t in zip(types.schema.columns, types.types, strict=True)]
+
+
+def literal(cur: Any, value: Any) -> str:
+    """``value`` as an SQL literal, quoted by psycopg2 as it quotes parameters."""
+    from psycopg2.extensions import encodings
+
+    return cur.mogrify("%s", (value,)).decode(encodings[cur.connection.encoding])
+
+
+def check_numbering(versions: Sequence[Any]) -> None:
+    if not versions or [v.number for v in versions] != list(range(len(versions))):
+        raise SinkError(f"table versions must be numbered 0..n in order, got {[v.number for v in versions]}")
+
+
+@dataclass(frozen=True)
+class EvolutionStep:
+    """What one table version changes in the mirror, by column name: ``renames`` (old, new), ``drops`` (old
+    names), ``widenings`` (new name, PostgreSQL type), ``adds`` (name, PostgreSQL type, sink value of the rows
+    that existed; None for NULL)."""
+
+    renames: tuple[tuple[str, str], ...]
+    drops: tuple[str, ...]
+    widenings: tuple[tuple[str, str], ...]
+    adds: tuple[tuple[str, str, Any], ...]
+
+    def sql(self, qualified: str, quote: Callable[[Any], str]) -> list[str]:
+        """The ALTERs, in order. Renamed columns go through temporary names first, so swaps and a rename onto
+        the name of a column dropped in the same step work; an added column takes its value with a DEFAULT
+        that is dropped again (the stream writes every column)."""
+        alter = f"ALTER TABLE {qualified} "
+        temp = [f"_cdc_renaming_{i}" for i in range(len(self.renames))]
+        out = [alter + f"RENAME COLUMN {pg_ident(old)} TO {pg_ident(t)}" for (old, _), t in zip(self.renames, temp)]
+        out += [alter + f"DROP COLUMN {pg_ident(c)}" for c in self.drops]
+        out += [alter + f"RENAME COLUMN {pg_ident(t)} TO {pg_ident(new)}" for (_, new), t in zip(self.renames, temp)]
+        out += [alter + f"ALTER COLUMN {pg_ident(c)} TYPE {t} USING {pg_ident(c)}::{t}" for c, t in self.widenings]
+        for c, t, value in self.adds:
+            if value is None:
+                out.append(alter + f"ADD COLUMN {pg_ident(c)} {t}")
+            else:
+                out += [alter + f"ADD COLUMN {pg_ident(c)} {t} DEFAULT {quote(value)}",
+                        alter + f"ALTER COLUMN {pg_ident(c)} DROP DEFAULT"]
+        return out
+
+
+def evolution_step(before: Any, after: Any) -> EvolutionStep:
+    """The mirror changes that take a table from version ``before`` to ``after`` (``TableVersion``s), as
+    ``table_versions.origins`` reads them: a column of ``after`` is added (in ``added``, or in neither version:
+    NULL), renamed (``renamed``) or kept; the columns of ``before`` none of them comes from are dropped."""
+    old, new = before.schema, after.schema
+    old_types = dict(zip(old.column_names, (t.postgres for t in TableSinkTypes.of(old).types), strict=True))
+    new_sink = dict(zip(new.column_names, TableSinkTypes.of(new).types, strict=True))
+    sources: dict[str, str] = {}  # kept or renamed column of ``after`` -> its name in ``before``
+    adds: list[tuple[str, str, Any]] = []
+    for name, t in new_sink.items():
+        source = after.renamed.get(name, name)
+        if name in after.added:
+            adds.append((name, t.postgres, t.convert(after.added[name])))
+        elif source in old_types:
+            sources[name] = source
+        elif name in after.renamed:
+            raise SinkError(f"version {after.number} of {after.table} renames {source!r}, which version "
+                            f"{before.number} does not have, to {name!r}")
+        else:  # in neither version and no value recorded: NULL, as ``origins`` has it
+            adds.append((name, t.postgres, None))
+    kept = set(sources.values())
+    if len(kept) != len(sources):
+        raise SinkError(f"version {after.number} of {after.table} makes two columns of one column of version "
+                        f"{before.number}: {sources}")
+    drops = tuple(c for c in old.column_names if c not in kept)
+    renames = tuple((s, c) for c, s in sources.items() if s != c)
+    moved = {*drops, *(s for s, _ in renames), *(c for c, _, _ in adds)}
+    if tuple(new.key_columns) != tuple(old.key_columns) or moved & set(old.key_columns):
+        raise SinkError(
+            f"version {after.number} of {after.table} changes its key columns ({', '.join(old.key_columns)}): a "
+            "mirror table's key cannot be dropped, renamed or replaced in place; re-snapshot the table")
+    widenings = tuple((c, new_sink[c].postgres) for c, s in sources.items() if old_types[s] != new_sink[c].postgres)
+    return EvolutionStep(renames, drops, widenings, tuple(adds))
+
+
 @dataclass(kw_only=True)
 class JdbcSinkSettings:
     """``sink:`` of a pipeline writing to PostgreSQL."""
@@ -243,6 +403,7 @@ class PostgresSink(Sink):
     type = "jdbc"
     settings = JdbcSinkSettings
     writes_from_executors = True  # the versioned upserts run in the executors' Python
+    evolves_in_place = True
 
     def __init__(self, config: SinkConfig, secrets, spark=None) -> None:
         super().__init__(config, secrets, spark)
@@ -269,8 +430,11 @@ class PostgresSink(Sink):
             self.apply_schema_change(change, None)
 
     def prepare(self, types, evolve: bool = False) -> None:
-        columns = [(c.name, t.postgres) for c, t in zip(types.schema.columns, types.types, strict=True)]
-        self.mirror.ensure_table(str(types.schema.table), columns, types.schema.key_columns, evolve)
+        self.mirror.ensure_table(str(types.schema.table), pg_columns(types), types.schema.key_columns, evolve,
+                                 types.version)
+
+    def evolve_in_place(self, versions) -> None:
+        self.mirror.evolve_in_place(versions)
 
     def open_window(self, rows, types, epoch: int, indexes: list[int], low_watermark: Version,
                     retried: set[int]) -> "CachedWindow":

@@ -190,10 +190,11 @@ class TableSinkTypes:
 
     schema: TableSchema
     types: tuple[SinkType, ...]
+    version: int = 0  # the number of the table's definition (``source.table_versions``) the stream writes with
 
     @classmethod
-    def of(cls, schema: TableSchema) -> "TableSinkTypes":
-        return cls(schema, tuple(sink_type(c) for c in schema.columns))
+    def of(cls, schema: TableSchema, version: int = 0) -> "TableSinkTypes":
+        return cls(schema, tuple(sink_type(c) for c in schema.columns), version)
 
     @property
     def spark_ddl(self) -> str:

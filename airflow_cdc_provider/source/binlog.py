@@ -34,12 +34,13 @@ from airflow_cdc_provider.compat import replication
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.offsets import BinlogOffset, EventPosition, split_binlog_file
 from airflow_cdc_provider.core.records import ChangeRecord, records_from_row_event
-from airflow_cdc_provider.core.schema_changes import DROP, RESYNC, SchemaChange
+from airflow_cdc_provider.core.schema_changes import DROP, EVOLVE, RESYNC, SchemaChange
 from airflow_cdc_provider.source.ddl import dropped_database, mentions_captured, schema_changes
 from airflow_cdc_provider.source.row_decoder import RowDecoder
 from airflow_cdc_provider.source.schema import TableSchema
 from airflow_cdc_provider.source.settings import ConnectionSettings
 from airflow_cdc_provider.source.table_definition import definition_difference
+from airflow_cdc_provider.source.table_versions import TableVersion, upcast
 from airflow_cdc_provider.source.values import RowCanonicalizer
 
 _DATABASE_WORDS = re.compile(r"\b(DATABASE|SCHEMA)\b", re.IGNORECASE)
@@ -64,12 +65,24 @@ class TableChangeReader:
     wrong values. ``covered_through`` maps a table to the version through which its current snapshot holds
     every change (the smallest high watermark of its chunks): its events up to there are skipped unread.
     ``held``: tables whose resync is already known (waiting for their re-snapshot): their row events are
-    skipped unread, whatever their definition; a table joins them at its first resync of the read."""
+    skipped unread, whatever their definition; a table joins them at its first resync of the read.
+
+    ``evolutions`` (the stream's ``Evolutions``; None: every column change is a resync): each table's versions
+    (``source.table_versions``), which replace ``schemas``: a table starts with the version in force where the
+    read starts; an ALTER the
+    evolutions know switches its table to the next version at the ALTER's position (an ``evolve`` change), and
+    rows decoded with an older version than the newest are carried up to it (``upcast``)."""
 
     def __init__(self, schemas: Mapping[TableId, TableSchema], compiled: bool = True,
                  covered_through: Mapping[TableId, tuple[int, int, int]] | None = None,
-                 held: Iterable[TableId] = ()) -> None:
+                 held: Iterable[TableId] = (), evolutions: "Evolutions | None" = None) -> None:
         self.schemas = dict(schemas)
+        self.evolutions = evolutions
+        self.versions: dict[TableId, TableVersion] = {}  # the version each table is decoded with, when evolving
+        self.newest: dict[TableId, list[TableVersion]] = {}  # tables decoded with an older version than the newest
+        if evolutions is not None:
+            for t, s in self.schemas.items():
+                self._use_version(t, evolutions.starting_version(t))
         self._canon = {t: RowCanonicalizer(s) for t, s in self.schemas.items()}
         self.compiled = compiled
         self.covered_through = {t: k[:2] for t, k in (covered_through or {}).items()}
@@ -99,6 +112,37 @@ class TableChangeReader:
         return False, SchemaChange(RESYNC, table, "", f"its row events have another definition than the one read: {difference}"
                                    ).at(EventPosition(file, start, 0))
 
+    def _use_version(self, table: TableId, version: TableVersion | None) -> None:
+        """Decode ``table`` with ``version`` from here on."""
+        if version is None:
+            return
+        self.versions[table] = version
+        self.schemas[table] = version.schema
+        chain = self.evolutions.chain(table)
+        if version.number < chain[-1].number:
+            self.newest[table] = chain
+        else:
+            self.newest.pop(table, None)
+        if hasattr(self, "_canon"):
+            self._canon[table] = RowCanonicalizer(version.schema)
+            self._decoders.clear()
+            self._definitions.clear()
+
+    def _evolved(self, change: SchemaChange, database: str | None) -> SchemaChange:
+        """A column change applied in place (the evolutions know its version: the table switches to it), or
+        the resync as it was (the change cannot be applied in place). A version not known yet is recorded, and
+        ``DefinitionsChanged`` stops the read: the query starts again with it."""
+        table = change.table
+        known = self.evolutions.known(table, change.position)
+        if known is not None:
+            self._use_version(table, known)
+            return SchemaChange(EVOLVE, table, change.statement, change.detail, change.position)
+        recorded = self.evolutions.record(table, change.statement, database, change.position, self.versions[table])
+        if isinstance(recorded, TableVersion):
+            raise DefinitionsChanged(table, change, recorded)
+        return SchemaChange(RESYNC, table, change.statement, f"{change.detail}; not applied in place: {recorded}",
+                            change.position)
+
     def statement_changes(self, statement: str, database: str | None, file: str, start: int) -> list[SchemaChange]:
         """The schema changes a QUERY event's statement makes to the captured tables (not yet covered)."""
         dropped = dropped_database(statement) if _DATABASE_WORDS.search(statement) else None
@@ -112,6 +156,9 @@ class TableChangeReader:
         here = EventPosition(file, start, 0)
         changes = [c.at(here) for c in changes if not self.covered(c.table, file, start)
                    and not (c.kind == RESYNC and c.table in self.held)]
+        if self.evolutions is not None:
+            changes = [self._evolved(c, database) if c.kind == RESYNC and c.table in self.versions else c
+                       for c in changes]
         self.held |= {c.table for c in changes if c.kind == RESYNC}  # one report a table: what follows is held
         return changes
 
@@ -133,7 +180,17 @@ class TableChangeReader:
             rows = [{"before_values": b, "after_values": a} for b, a in zip(images[::2], images[1::2], strict=True)]
         else:
             rows = [{"values": v} for v in images]
-        return records_from_row_event(kind, table, self.schemas[table].key_columns, rows, file, start, ts_ms)
+        return records_from_row_event(kind, table, self.schemas[table].key_columns, self._upcast(table, rows), file,
+                                      start, ts_ms)
+
+    def _upcast(self, table: TableId, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Rows decoded with an older version than the stream's newest, as the newest holds them."""
+        chain = self.newest.get(table)
+        if chain is None:
+            return rows
+        since = self.versions[table].number
+        return [{k: (None if v is None else upcast(v, chain, since)) if k.endswith("values") else v
+                 for k, v in row.items()} for row in rows]
 
     def _rows(self, kind: str, event: Any, table: TableId) -> list[dict[str, Any]]:
         canon = self._canon[table]
@@ -177,9 +234,42 @@ class TableChangeReader:
                                               int(event.timestamp) * 1000)
             return
         yield from records_from_row_event(
-            kind, table, schema.key_columns, self._rows(kind, event, table), file, event_start(event),
-            int(event.timestamp) * 1000,
+            kind, table, schema.key_columns, self._upcast(table, self._rows(kind, event, table)), file,
+            event_start(event), int(event.timestamp) * 1000,
         )
+
+
+class DefinitionsChanged(RuntimeError):
+    """An ALTER the stream applies in place was met and its table's next version recorded: the batch stops
+    here, unwritten, and the query starts again from its checkpoint with the new version (the same batch is
+    then read with it). ``MARKER`` is how the stream job tells this failure from any other."""
+
+    MARKER = "airflow-cdc: table definition changed"
+
+    def __init__(self, table: TableId, change: SchemaChange, version: TableVersion) -> None:
+        super().__init__(f"{self.MARKER}: {table} version {version.number} from {change.describe()}; the query "
+                         "starts again from its checkpoint with it")
+
+
+class Evolutions:
+    """What a reader needs to apply ALTERs in place (``pipeline.table_schemas.StreamEvolutions``)."""
+
+    def chain(self, table: TableId) -> list[TableVersion]:
+        """The versions of ``table`` the stream's query was set up with, numbered 0..n."""
+        raise NotImplementedError
+
+    def starting_version(self, table: TableId) -> TableVersion | None:
+        """The version in force where the read starts; None: the table is not evolved in place."""
+        raise NotImplementedError
+
+    def known(self, table: TableId, position: EventPosition) -> TableVersion | None:
+        """The query's version that starts at ``position`` exactly."""
+        raise NotImplementedError
+
+    def record(self, table: TableId, statement: str, database: str | None, position: EventPosition,
+               current: TableVersion) -> TableVersion | str:
+        """The next version after ``statement`` (recorded), or why it cannot be applied in place."""
+        raise NotImplementedError
 
 
 class BinlogEvents:

@@ -21,6 +21,10 @@ fixed heads of statements (``CREATE [OR REPLACE] [TEMPORARY] TABLE t``, ``DROP I
 that names a captured table and that neither reading understands is a resync of that table: nothing is skipped
 for not being understood.
 
+``column_changes`` reads the same ALTER TABLE for the stream's in-place schema evolution
+(``source.schema_evolution``): the column specifications of an ALTER that changes nothing else the row images
+show, as written; None for any other statement, which stays a resync.
+
 Names are case-sensitive (``lower_case_table_names=0``); an unqualified name is in the QUERY event's current
 database. MySQL's executable comments (``/*!50001 ...*/``, MariaDB's ``/*M!100301 ...*/``) are read as
 executed: the server that logged the statement ran them.
@@ -40,6 +44,9 @@ from sqlglot.tokens import Token, TokenType
 
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.schema_changes import DROP, RESYNC, TRUNCATE, SchemaChange, shorten
+from airflow_cdc_provider.source.table_versions import (
+    ADD_COLUMN, DROP_COLUMN, MODIFY_COLUMN, RENAME_COLUMN, ColumnChange,
+)
 
 NOT_UNDERSTOOD = "statement not understood"
 ROWS_WITHOUT_ROW_EVENTS = "rows changed by a statement logged as SQL, not as row events"
@@ -124,6 +131,35 @@ def dropped_database(statement: str) -> str | None:
         return None
     reader.words("IF", "EXISTS")
     return reader.identifier()
+
+
+def column_changes(statement: str, default_database: str | None) -> tuple[TableId, list[ColumnChange]] | None:
+    """The table and the column changes, in statement order, of an ALTER TABLE whose specifications all add, drop,
+    rename or redefine columns or leave the row images as they are (indexes and constraints other than the
+    primary key, ALTER COLUMN ... SET/DROP DEFAULT, table options, ALGORITHM=, LOCK=). None for any other
+    statement, and for one not understood in every part: the caller keeps the resync, which is always right."""
+    if _NO_TABLE_CHANGE.match(statement):
+        return None
+    try:
+        reader = _Reader.of(_executed(statement), default_database)
+        if reader.word("ALTER") is None:
+            return None
+        reader.word("ONLINE", "OFFLINE")
+        reader.word("IGNORE")
+        if reader.word("TABLE") is None:
+            return None
+        reader.words("IF", "EXISTS")
+        table = reader.table()
+        reader.lock_wait()
+        changes: list[ColumnChange] = []
+        for clause in reader.clauses():
+            found = _clause_column_changes(clause)
+            if found is None:
+                return None
+            changes += found
+    except (SqlglotError, _NotUnderstood):
+        return None
+    return table, changes
 
 
 def _executed(statement: str) -> str:
@@ -317,6 +353,17 @@ class _Reader:
                 start = j + 1
         if start < len(self.tokens):
             yield self.part(start, len(self.tokens))
+
+    def skip_past_parenthesis(self) -> None:
+        """Moves past the parenthesised list that starts here."""
+        depth = 0
+        while not self.at_end():
+            kind = self.tokens[self.i].token_type
+            self.i += 1
+            depth += (kind is TokenType.L_PAREN) - (kind is TokenType.R_PAREN)
+            if depth == 0:
+                return
+        raise _NotUnderstood(") was expected")
 
     def takes_rest(self) -> bool:
         return _is_partition_clause(self.peek(), self.peek(1)) or self.peek() == "ORDER BY"
@@ -655,6 +702,171 @@ def _read_partition_clause(clause: _Reader, effect: _AlterEffect) -> None:
             effect.others.append((RESYNC, other, f"created from a partition of {table}"))
         return
     effect.changes.append((first if " " in (first or "") else f"{first or ''} {second or ''}").strip().lower())
+
+
+# column attributes that do not change the values existing rows hold
+_NEUTRAL_COLUMN_CONSTRAINTS = (
+    exp.CommentColumnConstraint, exp.CharacterSetColumnConstraint, exp.CollateColumnConstraint,
+    exp.ZeroFillColumnConstraint, exp.UniqueColumnConstraint, exp.CheckColumnConstraint, exp.Reference,
+    exp.OnUpdateColumnConstraint, exp.BinaryColumnConstraint, exp.InvisibleColumnConstraint,
+)
+_GENERATED_CONSTRAINTS = (exp.ComputedColumnConstraint, exp.GeneratedAsIdentityColumnConstraint,
+                          exp.GeneratedAsRowColumnConstraint)
+# words of a column type after its name and parameters (a character set's and a collation's name follow theirs)
+_TYPE_ATTRIBUTES = frozenset({"UNSIGNED", "SIGNED", "ZEROFILL", "BINARY", "ASCII", "UNICODE", "BYTE"})
+# words that continue a type's name (NATIONAL CHAR, LONG VARCHAR, CHAR VARYING)
+_TYPE_NAME_WORDS = frozenset({"PRECISION", "VARYING", "VARCHAR", "CHAR", "CHARACTER", "VARBINARY"})
+# what a specification is parsed after, by itself (sqlglot parses the specifications, not the head)
+_ALTER_PREFIX = "ALTER TABLE t "
+
+
+def _clause_column_changes(clause: _Reader) -> list[ColumnChange] | None:
+    """The column changes of one ALTER TABLE specification; None when it does anything else than change columns
+    or leave the row images alone."""
+    tree = _parse(f"{_ALTER_PREFIX}{clause.rest()}")
+    if isinstance(tree, exp.Alter):
+        return _tree_column_changes(tree, clause)
+    first = clause.peek()
+    if first in ("MODIFY", "CHANGE"):  # MariaDB's MODIFY/CHANGE [COLUMN] IF EXISTS, which sqlglot rejects
+        clause.i += 1
+        clause.word("COLUMN")
+        if not clause.words("IF", "EXISTS"):
+            return None
+        prefix = f"{_ALTER_PREFIX}{first} COLUMN "
+        tree = _parse(f"{prefix}{clause.rest()}")
+        return _tree_column_changes(tree, clause, prefix) if isinstance(tree, exp.Alter) else None
+    second = clause.peek(1)
+    if first == "ADD" and (second == "(" or (second == "COLUMN" and clause.peek(2) == "(")):
+        return _column_list(clause)
+    if (first, second) in (("ENABLE", "KEYS"), ("DISABLE", "KEYS")) or (first,) in _ROW_KEEPING_OPTION_WORDS or (
+            (first, second) in _ROW_KEEPING_OPTION_WORDS):
+        return []
+    if first == "ADD" and second in _ADDED_INDEXES and "PRIMARY" not in clause.all_words():
+        return []
+    return None
+
+
+def _column_list(clause: _Reader) -> list[ColumnChange] | None:
+    """ADD [COLUMN] (a <def>, b <def>): each definition as an ADD COLUMN of its own."""
+    clause.word("ADD")
+    clause.word("COLUMN")
+    if clause.at_end() or clause.tokens[clause.i].token_type is not TokenType.L_PAREN:
+        return None
+    if clause.tokens[-1].token_type is not TokenType.R_PAREN:
+        return None
+    inner = clause.part(clause.i + 1, len(clause.tokens) - 1)
+    changes = []
+    prefix = f"{_ALTER_PREFIX}ADD COLUMN "
+    for definition in inner.clauses():
+        tree = _parse(f"{prefix}{definition.rest()}")
+        if not isinstance(tree, exp.Alter) or len(tree.args.get("actions") or ()) != 1 or tree.args.get("options"):
+            return None
+        found = _tree_column_changes(tree, definition, prefix)
+        if found is None:
+            return None
+        changes += found
+    return changes
+
+
+def _tree_column_changes(tree: exp.Alter, clause: _Reader, prefix: str = _ALTER_PREFIX) -> list[ColumnChange] | None:
+    """The column changes of sqlglot's tree of ``prefix`` + the clause's text; None when an action or option does
+    anything else than change columns or leave the row images alone."""
+    changes = []
+    for action in tree.args.get("actions") or ():
+        if isinstance(action, exp.ColumnDef):
+            changes.append(_column_change(ADD_COLUMN, action.name, None, action, clause, prefix))
+        elif isinstance(action, exp.ModifyColumn):
+            old = action.args.get("rename_from")
+            new = action.this.name
+            changes.append(_column_change(MODIFY_COLUMN, old.name if old is not None else new,
+                                          new if old is not None else None, action.this, clause, prefix))
+        elif isinstance(action, exp.RenameColumn):
+            changes.append(ColumnChange(RENAME_COLUMN, action.this.name, action.args["to"].name))
+        elif isinstance(action, exp.Drop):
+            if str(action.args.get("kind") or "").upper() == "COLUMN":
+                changes += [ColumnChange(DROP_COLUMN, column.name) for column in action.args.get("tables") or ()]
+            elif _dropped_part(action) is not None:  # the primary key, or not understood
+                return None
+        elif _action_change(action) is not None:
+            return None
+    if any(not _keeps_rows(option) for option in tree.args.get("options") or ()):
+        return None
+    return changes
+
+
+def _column_change(kind: str, name: str, new_name: str | None, definition: exp.ColumnDef, clause: _Reader,
+                   prefix: str) -> ColumnChange:
+    """One column definition of sqlglot's tree, with its type as the statement wrote it."""
+    if definition.args.get("kind") is None:
+        raise _NotUnderstood("a column type was expected")
+    nullable, default_sql, generated, collation = True, None, False, None
+    auto_increment = definition.args["kind"].this == exp.DataType.Type.SERIAL
+    for constraint in definition.constraints:
+        attribute = constraint.kind
+        if isinstance(attribute, exp.NotNullColumnConstraint):
+            nullable = bool(attribute.args.get("allow_null"))
+        elif isinstance(attribute, exp.DefaultColumnConstraint):
+            value = attribute.this
+            if isinstance(value, exp.Collate):  # c VARCHAR(5) DEFAULT 'x' COLLATE y: the column's collation
+                collation, value = value.expression.name, value.this
+            default_sql = value.sql("mysql")
+        elif isinstance(attribute, _GENERATED_CONSTRAINTS):
+            generated = True
+        elif isinstance(attribute, exp.AutoIncrementColumnConstraint):
+            auto_increment = True
+        elif isinstance(attribute, exp.CollateColumnConstraint):
+            collation = attribute.this.name
+        elif not isinstance(attribute, _NEUTRAL_COLUMN_CONSTRAINTS):  # PRIMARY KEY, or one not known
+            raise _NotUnderstood(f"column attribute {attribute.sql('mysql')}")
+    position = definition.args.get("position")
+    placement = None
+    if position is not None:
+        where = str(position.args.get("position") or "").upper()
+        if where == "FIRST":
+            placement = "FIRST"
+        elif where == "AFTER" and position.this is not None:
+            placement = f"AFTER {position.this.name}"
+        else:
+            raise _NotUnderstood(f"column position {position.sql('mysql')}")
+    return ColumnChange(kind, name, new_name, _type_as_written(definition, clause, prefix, collation), nullable,
+                        default_sql, placement, generated, auto_increment)
+
+
+def _type_as_written(definition: exp.ColumnDef, clause: _Reader, prefix: str, collation: str | None) -> str:
+    """The column's type as the statement wrote it: the words after the column's name, its parameters, UNSIGNED,
+    ZEROFILL, CHARACTER SET and COLLATE (a COLLATE among the later attributes is added at the end)."""
+    start = definition.this.meta.get("start")
+    if start is None:
+        raise _NotUnderstood("the column's name has no position")
+    at = start - len(prefix) + clause.tokens[clause.i].start
+    name = next((j for j in range(clause.i, len(clause.tokens)) if clause.tokens[j].start == at), None)
+    if name is None:
+        raise _NotUnderstood("the column's name was not found")
+    reader = clause.part(name + 1, len(clause.tokens))
+    first = reader.i
+    if reader.word() is None:
+        raise _NotUnderstood("a column type was expected")
+    while reader.peek() in _TYPE_NAME_WORDS and not (
+            reader.peek() in ("CHARACTER", "CHAR") and reader.peek(1) == "SET"):
+        reader.i += 1
+    if not reader.at_end() and reader.tokens[reader.i].token_type is TokenType.L_PAREN:
+        reader.skip_past_parenthesis()
+    words: list[str] = []
+    while not reader.at_end():
+        word = reader.peek()
+        if word in _TYPE_ATTRIBUTES:
+            reader.i += 1
+        elif word in ("CHARSET", "COLLATE") or (word in ("CHARACTER", "CHAR") and reader.peek(1) == "SET"):
+            reader.i += 1 if word in ("CHARSET", "COLLATE") else 2
+            if reader.identifier() is None and reader.word() is None:
+                raise _NotUnderstood(f"a name was expected after {word}")
+        else:
+            break
+        words.append(word)
+    text = " ".join(reader.sql[reader.tokens[first].start: reader.tokens[reader.i - 1].end + 1].split())
+    if collation is not None and "COLLATE" not in words:
+        text += f" COLLATE {collation}"
+    return text
 
 
 _HANDLERS: dict[str, Callable[[_Reader], list[_Change] | None]] = {

@@ -129,7 +129,8 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         self.schema = schema  # the source's StructType, for the Arrow batches
         self.spec = JobSpec.from_json(spec_json)
-        self.definitions = definitions  # each table's TableSchema (as a dict), in image column order
+        # each table's versions (``source.table_versions``) and snapshot epoch, in image column order
+        self.definitions = definitions
         self.columns = {d["table"]: META_WIDTH + i for i, d in enumerate(definitions)}  # table -> its image column
         self.settings = self.spec.source_settings(secrets)
         stream = self.spec.stream
@@ -146,17 +147,24 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         import pymysql
 
+        from functools import partial
+
         from airflow_cdc_provider.core.chunks import TableId
         from airflow_cdc_provider.core.emit_filter import build_emit_filter
+        from airflow_cdc_provider.pipeline.stream_evolutions import StreamEvolutions
         from airflow_cdc_provider.sinks.types import TableSinkTypes
         from airflow_cdc_provider.source.key_order import DatabaseKeyOrder
-        from airflow_cdc_provider.source.schema import TableSchema
+        from airflow_cdc_provider.source.table_versions import TableVersion
         from airflow_cdc_provider.state.store import StateStore
 
         self.conn = pymysql.connect(**self.settings.pymysql_kwargs())
         # the driver's definitions, the same in every task (never this process's own look at the source)
-        self.schemas = {t: s for t, s in ((TableId.parse(d["table"]), TableSchema.from_dict(d)) for d in self.definitions)}
-        self.types = {t: TableSinkTypes.of(s) for t, s in self.schemas.items()}
+        chains = {d["table"]: [TableVersion.from_dict(v) for v in d["versions"]] for d in self.definitions}
+        self.schemas = {TableId.parse(t): c[-1].schema for t, c in chains.items()}
+        self.types = {TableId.parse(t): TableSinkTypes.of(c[-1].schema, c[-1].number) for t, c in chains.items()}
+        self.evolutions = StreamEvolutions(chains, {d["table"]: d.get("epoch", 0) for d in self.definitions},
+                                           self.spec.state_path, partial(pymysql.connect, **self.settings.pymysql_kwargs()),
+                                           may_record=self._evolves_in_place())
         self.orders = {t: DatabaseKeyOrder(self.conn, s) for t, s in self.schemas.items()}
         store = StateStore(self.spec.state_path)
         self.seed = store.read_seed()
@@ -177,6 +185,12 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.filter = build_emit_filter(ranges, orders)
         self.store = store
         self._ready = True
+
+    def _evolves_in_place(self) -> bool:
+        """Whether an ALTER of columns is applied in place: the pipeline's behaviour says so and its sink can."""
+        from airflow_cdc_provider.sinks.registry import sink_class
+
+        return self.spec.stream.schema_changes == "evolve" and sink_class(self.spec.sink.type).evolves_in_place
 
     def _server_offset(self) -> dict[str, Any]:
         from airflow_cdc_provider.source.server import current_offset
@@ -305,8 +319,10 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         collecting = gc.isenabled()
         gc.disable()
         try:
-            reader = TableChangeReader(self.schemas, covered_through=self.covered_through, held=self._held())
-            records = list(read_changes_between(self.settings, self._server_id(index), BinlogOffset.from_dict(start),
+            begin = BinlogOffset.from_dict(start)
+            reader = TableChangeReader(self.schemas, covered_through=self.covered_through, held=self._held(),
+                                       evolutions=self.evolutions.reading_from(begin.sort_key))
+            records = list(read_changes_between(self.settings, self._server_id(index), begin,
                                                 BinlogOffset.from_dict(stop), self.schemas, reader))
             return self._emit(records)
         finally:
@@ -332,9 +348,9 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         out what a table's snapshot covers). Under ``stream.schema_changes: fail`` a schema change fails the
         task, so the batch writes nothing."""
         from airflow_cdc_provider.core.keys import Key
-        from airflow_cdc_provider.core.schema_changes import SchemaChange
+        from airflow_cdc_provider.core.schema_changes import EVOLVE, SchemaChange
 
-        changes = [r for r in records if isinstance(r, SchemaChange)]
+        changes = [r for r in records if isinstance(r, SchemaChange) and r.kind != EVOLVE]
         if changes and self.spec.stream.schema_changes == "fail":
             raise SchemaChangeStop(changes[0])
         need: dict[Any, list[Key]] = {}
@@ -369,8 +385,8 @@ class SchemaChangeStop(RuntimeError):
 
 class BinlogSource(DataSource):
     """Registered under ``airflow_cdc_binlog``. Options (no secrets): ``spec``; ``partitions``, the number of
-    segments per batch; ``definitions``, a JSON list of each table's ``TableSchema`` in image column order (every
-    task decodes with these); ``schema`` (``source_schema``)."""
+    segments per batch; ``definitions``, a JSON list of each table's ``{"table", "epoch", "versions"}`` (its
+    ``TableVersion``s) in image column order (every task decodes with these); ``schema`` (``source_schema``)."""
 
     _secrets: dict[str, str] = {}
 

@@ -191,6 +191,7 @@ class SnapshotJob:
     def read_table(self, conn, info, table: TableId, chunks: list[Chunk]) -> list[ChunkReport]:
         schema = load_schema(conn, table, self.spec.chunk_key(table))
         self.store.write_table_schema(str(table), schema.to_dict())
+        self.store.note_snapshot_definition(str(table), chunks[0].epoch, schema)
         types = TableSinkTypes.of(schema)
         self.sink.prepare(types, evolve=True)
         order = DatabaseKeyOrder(conn, schema)

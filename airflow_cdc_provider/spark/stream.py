@@ -28,15 +28,16 @@ from typing import Any
 from airflow_cdc_provider.compat import pyspark_internals
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.offsets import BinlogOffset, EventPosition
-from airflow_cdc_provider.core.schema_changes import KIND_OF_OP, RESYNC, SchemaChange
+from airflow_cdc_provider.core.schema_changes import EVOLVE, KIND_OF_OP, RESYNC, SchemaChange
 from airflow_cdc_provider.pipeline.faults import FaultSwitch
 from airflow_cdc_provider.pipeline.job_errors import failure_summary
 from airflow_cdc_provider.pipeline.jobspec import JobSpec
-from airflow_cdc_provider.pipeline.table_schemas import pending_resyncs, stream_schemas
+from airflow_cdc_provider.pipeline.table_schemas import pending_resyncs, stream_versions
 from airflow_cdc_provider.sinks.base import META_COLUMNS
 from airflow_cdc_provider.sinks.registry import open_sink
 from airflow_cdc_provider.sinks.types import TableSinkTypes
 from airflow_cdc_provider.source.connection import connect
+from airflow_cdc_provider.source.binlog import DefinitionsChanged
 from airflow_cdc_provider.spark.binlog_source import image_column, register_source, source_schema
 from airflow_cdc_provider.spark.session import default_parallelism, is_connect
 from airflow_cdc_provider.state.records import ReloadRequest, StreamStatus
@@ -157,7 +158,10 @@ class BatchWriter:
             held |= {str(change.table)} if change.kind == RESYNC else set()
             changes.append(change)
         for change in changes:
-            if change.kind == RESYNC:
+            if change.kind == EVOLVE:
+                log.warning("%s: applied in place (the table's rows are decoded with its new definition from here on)",
+                            change.describe())
+            elif change.kind == RESYNC:
                 log.warning("%s: its changes from here on are held until the table is re-snapshotted, which the "
                             "next run of the pipeline does (or now: airflow dags trigger <dag_id> -c "
                             "'{\"resnapshot\": [\"%s\"]}')", change.describe(), change.table)
@@ -257,10 +261,15 @@ class StreamJob:
         self.epochs = {t: s.epoch for t, s in (seed.tables if seed else {}).items()}
         settings = spec.source_settings(secrets)
         with contextlib.closing(connect(settings)) as conn:
-            self.types = {t: TableSinkTypes.of(s) for t, s in stream_schemas(conn, self.store, spec.tables).items()}
+            self.versions = stream_versions(conn, self.store, spec.tables, self.epochs)
+        # the newest version of each table: the rows of older ones are carried up to it (``source.table_versions``)
+        self.types = {t: TableSinkTypes.of(v[-1].schema, v[-1].number) for t, v in self.versions.items()}
         self.order = sorted(self.types)  # table i's rows carry their values in the source's image_<i>
-        for types in self.types.values():
+        for table, types in self.types.items():
             sink.prepare(types)
+            if len(self.versions[table]) > 1 and sink.evolves_in_place:
+                sink.evolve_in_place(self.versions[table])
+        self.restart = False  # the query stopped at a table's new version: another starts with it
         self.writer = BatchWriter(spec, secrets, self.types, {t: image_column(i) for i, t in enumerate(self.order)},
                                   publish=self.connect, carried=carried)
         log.info("stream job set up in %.2fs (%d tables)", time.monotonic() - t0, len(self.types))
@@ -335,7 +344,9 @@ class StreamJob:
         # given here, Spark does not start a Python process to ask the source for it
         df = (self.spark.readStream.format("airflow_cdc_binlog").schema(schema).option("spec", self.spec.to_json())
               .option("partitions", str(default_parallelism(self.spark)))
-              .option("definitions", json.dumps([self.types[t].schema.to_dict() for t in self.order]))
+              .option("definitions", json.dumps([{"table": t, "epoch": self.epochs.get(t, 0),
+                                                   "versions": [v.to_dict() for v in self.versions[t]]}
+                                                  for t in self.order]))
               .option("schema", schema).load())
         writer = df.writeStream.foreachBatch(self.writer).option("checkpointLocation", self.store.checkpoint_location)
         if self.mode == "continuous":
@@ -382,25 +393,36 @@ class StreamJob:
                 state = "running"  # the next query goes on; the watchers see no end
                 break
         error = query.exception()
+        if error is not None and DefinitionsChanged.MARKER in str(error):
+            log.info("%s", _marked_line(str(error)))
+            self.restart = True
+            self.write_status(query, "running")
+            return 0
         if error is not None:
             self.error = str(error)
             self.write_status(query, "failed", failure_summary(self.error))
             log.error("stream failed: %s", error)
             return 1
         self.write_status(query, state)
-        if self.reload is None:
+        if self.reload is None and not self.restart:
             totals = self.totals()
             log.info("stream %s: %d batches, %d rows emitted", state, totals["batches"], totals["rows_emitted"])
         return 0
 
 
+def _marked_line(error: str) -> str:
+    """The line of a failure that says which table's definition changed."""
+    return next((line.strip() for line in error.splitlines() if DefinitionsChanged.MARKER in line), error)
+
+
 def run_stream(spark, spec: JobSpec, secrets: dict[str, str]) -> int:
-    """The stream job. A continuous stream asked to take up new snapshots (``ReloadRequest``) starts its query
-    again here, from the checkpoint, in the same Spark application: its task and its lease never notice."""
+    """The stream job. A continuous stream asked to take up new snapshots (``ReloadRequest``), and any stream
+    that met an ALTER applied in place (``DefinitionsChanged``), starts its query again here, from the
+    checkpoint, in the same Spark application: its task and its lease never notice."""
     carried = None
     while True:
         job = StreamJob(spark, spec, secrets, carried)
         rc = job.run()
-        if job.reload is None or rc != 0:
+        if (job.reload is None and not job.restart) or rc != 0:
             return rc
         carried = job.totals()

@@ -7,6 +7,9 @@ One directory per pipeline (``state.path`` in YAML). Layout::
     tables/<db.table>/snapshot.json                   the finished snapshot: epoch, chunk reports, min LW
     tables/<db.table>/planned.json                    the epoch a DAG run planned and has not finished yet
     tables/<db.table>/schema.json                     the table's definition as the pipeline last read it
+    tables/<db.table>/epoch=<E>/definition/            the definitions the stream decodes epoch E's changes with:
+                                                      base.json (version 0), <seq>-<pos>.json (a later version
+                                                      from an ALTER applied in place, at that position)
     schema/changes.json                               the schema changes the stream applied (truncate, drop,
                                                       resync), in binlog order
     stream/seed.json                                  min HW + per-table chunk infos (collect_watermarks)
@@ -31,12 +34,14 @@ import json
 import os
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from airflow_cdc_provider.core.offsets import BinlogOffset
 from airflow_cdc_provider.core.reports import ChunkReport
 from airflow_cdc_provider.core.schema_changes import SchemaChange
+from airflow_cdc_provider.source.table_versions import TableVersion
 from airflow_cdc_provider.state.records import (
     FinishedSnapshot,
     PlannedSnapshot,
@@ -222,6 +227,48 @@ class StateStore:
         rel = f"tables/{table_dir_name(table)}/schema.json"
         if self.read_json(rel) != schema:
             self.write_json(rel, schema)
+
+    def _definition_rel(self, table: str, epoch: int) -> str:
+        return f"{self.epoch_rel(table, epoch)}/definition"
+
+    def table_versions(self, table: str, epoch: int) -> list[TableVersion]:
+        """The table's definitions for the stream in snapshot epoch ``epoch``, in binlog order, numbered from 0
+        (the base); [] when no stream has set the base yet."""
+        rel = self._definition_rel(table, epoch)
+        base = self.read_json(f"{rel}/base.json")
+        if base is None:
+            return []
+        later = [TableVersion.from_dict(self.read_json(f"{rel}/{n}")) for n in self.storage.listdir(rel)
+                 if n.endswith(".json") and n not in ("base.json", "mixed.json")]
+        later.sort(key=lambda v: v.position.sort_key)
+        versions = [TableVersion.from_dict(base)] + later
+        return [replace(v, number=i) for i, v in enumerate(versions)]
+
+    def write_table_base(self, table: str, epoch: int, version: TableVersion) -> TableVersion:
+        """Set the definition the stream starts the epoch with, unless one is set (returned then)."""
+        rel = f"{self._definition_rel(table, epoch)}/base.json"
+        if not self.storage.create(rel, json.dumps(version.to_dict())):
+            return TableVersion.from_dict(self.read_json(rel))
+        return version
+
+    def note_snapshot_definition(self, table: str, epoch: int, schema) -> None:
+        """The definition a snapshot task of the epoch read the table with: the epoch's base. Tasks that read it
+        under different definitions (an ALTER during the snapshot) leave the epoch without one it can trust
+        (``mixed.json``): the stream then applies no change of that epoch in place."""
+        base = self.write_table_base(table, epoch, TableVersion(0, schema))
+        if base.schema != schema:
+            self.write_json(f"{self._definition_rel(table, epoch)}/mixed.json", {"mixed": True})
+
+    def snapshot_definitions_mixed(self, table: str, epoch: int) -> bool:
+        return self.exists(f"{self._definition_rel(table, epoch)}/mixed.json")
+
+    def record_table_version(self, table: str, epoch: int, version: TableVersion) -> TableVersion:
+        """Record a version at its position once: the first writer wins, every other gets what it wrote."""
+        seq, pos, _ = version.position.sort_key
+        rel = f"{self._definition_rel(table, epoch)}/{seq:06d}-{pos:012d}.json"
+        if not self.storage.create(rel, json.dumps(version.to_dict())):
+            return TableVersion.from_dict(self.read_json(rel))
+        return version
 
     def read_table_schema(self, table: str) -> dict[str, Any] | None:
         return self.read_json(f"tables/{table_dir_name(table)}/schema.json")

@@ -168,40 +168,30 @@ def sink_rows(spark, sink_cfg: SinkConfig, secrets: dict, types: TableSinkTypes)
     return out
 
 
-class BackgroundWriter:
-    """Inserts, updates (also of the key) and deletes rows of ``orders(id, v, note)`` until stopped."""
+class ThreadedWriter:
+    """Writes to a table of ``database`` from a thread until stopped: ``write(cur)`` once per operation, ``pause``
+    seconds apart. An error of the thread is raised on the way out."""
 
-    def __init__(self, server, database: str, key_space: int, seed: int = 7, rate: float | None = None) -> None:
-        """``rate``: operations per second (default: as fast as the server takes them)."""
-        import random
-
-        self.server, self.database, self.key_space = server, database, key_space
-        self.pause = 1.0 / rate if rate else 0.0
-        self.rng = random.Random(seed)
+    def __init__(self, server, database: str, pause: float = 0.0) -> None:
+        self.server, self.database, self.pause = server, database, pause
         self.ops = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self.error: BaseException | None = None
 
+    def write(self, cur) -> None:
+        raise NotImplementedError
+
     def _run(self) -> None:
         try:
             with contextlib.closing(self.server.app_connection(self.database)) as conn, conn.cursor() as cur:
                 while not self._stop.wait(self.pause):
-                    k = self.rng.randrange(1, self.key_space)
-                    op = self.rng.random()
-                    if op < 0.3:
-                        cur.execute("INSERT IGNORE INTO orders VALUES (%s, %s, 'ins')", (k, self.ops))
-                    elif op < 0.7:
-                        cur.execute("UPDATE orders SET v = v + 1, note = 'upd' WHERE id = %s", (k,))
-                    elif op < 0.9:
-                        cur.execute("DELETE FROM orders WHERE id = %s", (k,))
-                    else:
-                        cur.execute("UPDATE IGNORE orders SET id = %s WHERE id = %s", (self.key_space + k, k))
+                    self.write(cur)
                     self.ops += 1
         except BaseException as exc:  # surfaced by stop()
             self.error = exc
 
-    def __enter__(self) -> "BackgroundWriter":
+    def __enter__(self):
         self._thread.start()
         return self
 
@@ -210,6 +200,30 @@ class BackgroundWriter:
         self._thread.join(30)
         if self.error:
             raise self.error
+
+
+class BackgroundWriter(ThreadedWriter):
+    """Inserts, updates (also of the key) and deletes rows of ``orders(id, v, note)`` until stopped."""
+
+    def __init__(self, server, database: str, key_space: int, seed: int = 7, rate: float | None = None) -> None:
+        """``rate``: operations per second (default: as fast as the server takes them)."""
+        import random
+
+        super().__init__(server, database, 1.0 / rate if rate else 0.0)
+        self.key_space = key_space
+        self.rng = random.Random(seed)
+
+    def write(self, cur) -> None:
+        k = self.rng.randrange(1, self.key_space)
+        op = self.rng.random()
+        if op < 0.3:
+            cur.execute("INSERT IGNORE INTO orders VALUES (%s, %s, 'ins')", (k, self.ops))
+        elif op < 0.7:
+            cur.execute("UPDATE orders SET v = v + 1, note = 'upd' WHERE id = %s", (k,))
+        elif op < 0.9:
+            cur.execute("DELETE FROM orders WHERE id = %s", (k,))
+        else:
+            cur.execute("UPDATE IGNORE orders SET id = %s WHERE id = %s", (self.key_space + k, k))
 
 
 def write_pipeline(pipelines: Path, db, tmp_path: Path, extra: str = "", tables=("orders", "customers"),

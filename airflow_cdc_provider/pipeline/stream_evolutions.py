@@ -1,0 +1,90 @@
+"""How the stream's tasks apply an ALTER in place: the versions its query was set up with, and the recording of
+the next one when a task meets an ALTER of columns (``source.schema_evolution`` builds it).
+
+The task that meets the ALTER first records the table's next version in the state store and stops the batch
+(``source.binlog.DefinitionsChanged``); the stream job starts its query again, and every task of the re-run
+batch decodes with the recorded version. A version is built from the definition in force before the ALTER,
+the statement, and the source's definition now (for the exact types of added or retyped columns), and is
+checked against every later TABLE_MAP: a version that does not describe the rows is a resync, never a misread.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Mapping
+
+from airflow_cdc_provider.core.chunks import TableId
+from airflow_cdc_provider.core.offsets import EventPosition
+from airflow_cdc_provider.source.binlog import Evolutions
+from airflow_cdc_provider.source.ddl import column_changes
+from airflow_cdc_provider.source.schema import TableConfigError, load_schema
+from airflow_cdc_provider.source.schema_evolution import evolve_definition
+from airflow_cdc_provider.source.table_versions import TableVersion, version_at
+from airflow_cdc_provider.state.store import StateStore
+
+log = logging.getLogger("airflow_cdc.schema")
+
+
+class StreamEvolutions(Evolutions):
+    """The stream's versions of each table (what its query was set up with), and the recording of the next one
+    when a task meets an ALTER that can be applied in place. Picklable: every Spark task gets a copy and opens
+    its own connection and state store when it has to record."""
+
+    def __init__(self, versions: Mapping[str, list[TableVersion]], epochs: Mapping[str, int], state_path: str,
+                 connect, may_record: bool = True) -> None:
+        self.may_record = may_record  # False: every ALTER of columns is a resync (a re-snapshot)
+        self.chains = {TableId.parse(t): list(v) for t, v in versions.items()}
+        self.epochs = {TableId.parse(t): int(epochs.get(t, 0)) for t in versions}
+        self.state_path = state_path
+        self.connect = connect  # () -> a pymysql connection to the source
+        self.start: tuple[int, int, int] | None = None
+
+    def reading_from(self, start: tuple[int, int, int]) -> "StreamEvolutions":
+        """This, for a read that starts at binlog position ``start``."""
+        view = StreamEvolutions.__new__(StreamEvolutions)
+        view.__dict__.update(self.__dict__)
+        view.start = start
+        return view
+
+    def chain(self, table: TableId) -> list[TableVersion]:
+        return self.chains[table]
+
+    def starting_version(self, table: TableId) -> TableVersion | None:
+        chain = self.chains.get(table)
+        if not chain:
+            return None
+        return version_at(chain, self.start) if self.start is not None else chain[-1]
+
+    def known(self, table: TableId, position: EventPosition) -> TableVersion | None:
+        for version in self.chains.get(table, ())[1:]:
+            if version.position is not None and version.position.sort_key[:2] == position.sort_key[:2]:
+                return version
+        return None
+
+    def record(self, table: TableId, statement: str, database: str | None, position: EventPosition,
+               current: TableVersion) -> TableVersion | str:
+        if not self.may_record:
+            return "stream.schema_changes is not evolve, or the sink cannot change its tables in place"
+        parsed = column_changes(statement, database)
+        if parsed is None or parsed[0] != table:
+            return "the statement does more than add, drop, rename or retype columns"
+        store = StateStore(self.state_path)
+        if store.snapshot_definitions_mixed(str(table), self.epochs[table]):
+            return "the table's snapshot was read under more than one definition"
+        recorded = store.table_versions(str(table), self.epochs[table]) or [current]
+        if any(v.position is not None and v.position.sort_key[:2] > position.sort_key[:2] for v in recorded):
+            return "a later change of the table was recorded first"
+        before = version_at(recorded, position.sort_key)
+        conn = self.connect()
+        try:
+            try:
+                now = load_schema(conn, table, before.schema.key_columns)
+            except TableConfigError:
+                now = None
+        finally:
+            conn.close()
+        result = evolve_definition(before.schema, parsed[1], now, before.number + 1, position, statement)
+        if isinstance(result, str):
+            return result
+        log.info("%s: applied in place as version %d of the table", table, result.number)
+        return store.record_table_version(str(table), self.epochs[table], result)

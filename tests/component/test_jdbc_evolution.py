@@ -1,0 +1,209 @@
+"""The jdbc sink applies a table's versions in place: renames keep values, added columns hold the ALTER's value
+in existing rows, drops go, widenings widen; one transaction per call, the version recorded in the schema."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from decimal import Decimal
+
+import psycopg2
+import pytest
+
+from airflow_cdc_provider.core.chunks import TableId
+from airflow_cdc_provider.sinks.base import SinkConfig, SinkError
+from airflow_cdc_provider.sinks.postgres import PostgresSink
+from airflow_cdc_provider.sinks.types import TableSinkTypes
+from airflow_cdc_provider.source.schema import Column, TableSchema
+from airflow_cdc_provider.source.table_versions import TableVersion
+
+TABLE = "shop.t"
+MIRROR = "shop__t"
+
+
+def column(name: str, column_type: str, precision: int | None = None, scale: int | None = None,
+           fsp: int | None = None) -> Column:
+    data_type = column_type.split("(")[0].split()[0]
+    return Column(name, data_type, column_type, True, None, None, None, precision, scale, fsp)
+
+
+ID = column("id", "int(11)", 10, 0)
+
+
+def version(number: int, *columns: Column, renamed=None, added=None) -> TableVersion:
+    schema = TableSchema(TableId.parse(TABLE), (ID, *columns), ("id",), ("id",))
+    return TableVersion(number, schema, renamed=renamed or {}, added=added or {})
+
+
+@pytest.fixture
+def sink(postgres, request) -> PostgresSink:
+    schema = "evo_" + re.sub(r"[^a-z0-9]+", "_", request.node.name.lower())[-40:]
+    config = SinkConfig(type="jdbc", conn={"conn_id": "pg", "host": "127.0.0.1", "port": postgres.port,
+                                           "login": postgres.user, "schema": postgres.database}, schema=schema)
+    return PostgresSink(config, {"sink_password": postgres.password})
+
+
+def query(sink: PostgresSink, sql: str, params=None) -> list[tuple]:
+    with sink.mirror.cursor() as cur:
+        cur.execute(sql, params)
+        return cur.fetchall()
+
+
+def pg_columns(sink: PostgresSink) -> dict[str, str]:
+    rows = query(sink, "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
+                       "%s::regclass AND attnum > 0 AND NOT attisdropped", (sink.mirror.qualified(TABLE),))
+    return {n: t for n, t in rows if not n.startswith("_cdc_")}
+
+
+def marker(sink: PostgresSink) -> list[tuple]:
+    return query(sink, f'SELECT version FROM "{sink.config.schema}"."_cdc_schema_versions" WHERE mirror = %s',
+                 (MIRROR,))
+
+
+def rows(sink: PostgresSink, *names: str) -> list[tuple]:
+    cols = ", ".join('"' + n.replace('"', '""') + '"' for n in names)
+    return query(sink, f'SELECT {cols} FROM {sink.mirror.qualified(TABLE)} ORDER BY id')
+
+
+def write(sink: PostgresSink, v: TableVersion, data: list[tuple], pos: int = 100, op: str = "c") -> None:
+    meta = [(*row, op, 0, 1, pos + i, 0, op == "d", None) for i, row in enumerate(data)]
+    sink.mirror.upsert(TABLE, v.schema.column_names, list(v.schema.key_columns), meta)
+
+
+def start(sink: PostgresSink, v0: TableVersion, data: list[tuple]) -> None:
+    sink.prepare(TableSinkTypes.of(v0.schema))
+    write(sink, v0, data)
+
+
+def test_one_version_renames_drops_widens_and_adds(sink):
+    v0 = version(0, column("a", "varchar(10)"), column("b", "int(11)", 10, 0),
+                 column("c", "decimal(10,2)", 10, 2), column("d", "text"))
+    start(sink, v0, [(1, "x", 5, Decimal("12.34"), "gone"), (2, "y", None, None, "gone")])
+    write(sink, v0, [(2, "y", None, None, "gone")], pos=500, op="d")  # a tombstone gets the added values too
+    v1 = version(1, column("b", "bigint(20)", 19, 0), column('we"ird name', "varchar(10)"),
+                 column("c", "decimal(14,4)", 14, 4), column("e", "int(11)", 10, 0), column("f", "varchar(20)"),
+                 column("g", "datetime(3)", fsp=3), column("h", "timestamp"), column("u", "bigint(20) unsigned", 20, 0),
+                 column("bl", "blob"), column("n", "int(11)", 10, 0),
+                 renamed={'we"ird name': "a"},
+                 added={"e": 7, "f": "it's 100%", "g": dt.datetime(2024, 1, 2, 3, 4, 5, 678000),
+                        "h": dt.datetime(2024, 5, 6, 7, 8, 9), "u": 2**64 - 1, "bl": b"\x00'\x01", "n": None})
+
+    sink.evolve_in_place([v0, v1])
+
+    assert pg_columns(sink) == {
+        "id": "integer", "b": "bigint", 'we"ird name': "text", "c": "numeric(14,4)", "e": "integer", "f": "text",
+        "g": "timestamp(3) without time zone", "h": "timestamp(0) with time zone", "u": "numeric(20,0)",
+        "bl": "bytea", "n": "integer"}
+    utc = dt.timezone.utc
+    added = (7, "it's 100%", dt.datetime(2024, 1, 2, 3, 4, 5, 678000), dt.datetime(2024, 5, 6, 7, 8, 9, tzinfo=utc),
+             Decimal(2**64 - 1), b"\x00'\x01", None)
+    got = [(*r[:-2], bytes(r[-2]), r[-1]) for r in
+           rows(sink, "id", 'we"ird name', "b", "c", "_cdc_deleted", "e", "f", "g", "h", "u", "bl", "n")]
+    assert got == [(1, "x", 5, Decimal("12.3400"), False, *added), (2, "y", None, None, True, *added)]
+    assert marker(sink) == [(1,)]
+    # the defaults are gone again; the widened columns take wider values; the upsert names every column
+    assert query(sink, "SELECT count(*) FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
+                       "AND column_default IS NOT NULL", (sink.config.schema, MIRROR)) == [(1,)]  # _cdc_deleted's
+    write(sink, v1, [(3, 2**40, "z", Decimal("1234567890.1234"), 1, "f", None, None, None, None, None)], pos=900)
+    assert rows(sink, "id", "b", "c")[-1] == (3, 2**40, Decimal("1234567890.1234"))
+
+    sink.evolve_in_place([v0, v1])  # again: nothing to do
+    assert marker(sink) == [(1,)] and len(pg_columns(sink)) == 11
+    assert rows(sink, "id", "e") == [(1, 7), (2, 7), (3, 1)]
+
+
+def test_a_longer_chain_continues_from_the_recorded_version(sink):
+    v0 = version(0, column("c", "varchar(5)"), column("x", "int(11)", 10, 0))
+    start(sink, v0, [(1, "one", 10), (2, "two", 20)])
+    v1 = version(1, column("x", "int(11)", 10, 0))  # drop c
+    assert sink.mirror.evolve_in_place([v0, v1]) == 0
+    assert pg_columns(sink) == {"id": "integer", "x": "integer"} and marker(sink) == [(1,)]
+
+    v2 = version(2, column("x", "int(11)", 10, 0), column("c", "varchar(5)"), added={"c": "back"})
+    v3 = version(3, column("c", "varchar(5)"), column("y", "bigint(20)", 19, 0), column("x", "int(11)", 10, 0),
+                 renamed={"y": "x"}, added={"x": 0})  # rename x -> y (widened), add x again
+    assert sink.mirror.evolve_in_place([v0, v1, v2, v3]) == 1
+    assert pg_columns(sink) == {"id": "integer", "c": "text", "y": "bigint", "x": "integer"}
+    assert rows(sink, "id", "c", "y", "x") == [(1, "back", 10, 0), (2, "back", 20, 0)]
+    assert marker(sink) == [(3,)]
+    assert sink.mirror.evolve_in_place([v0, v1, v2, v3]) == 3
+
+
+def test_swapped_names_and_a_rename_onto_a_dropped_column(sink):
+    v0 = version(0, column("a", "varchar(5)"), column("b", "varchar(5)"), column("c", "varchar(5)"))
+    start(sink, v0, [(1, "A", "B", "C")])
+    v1 = version(1, column("b", "varchar(5)"), column("a", "varchar(5)"), column("c", "varchar(5)"),
+                 renamed={"a": "b", "b": "a"})
+    v2 = version(2, column("b", "varchar(5)"), column("c", "varchar(5)"), renamed={"b": "a"})  # drop b, a -> b
+    sink.evolve_in_place([v0, v1])
+    assert rows(sink, "id", "a", "b", "c") == [(1, "B", "A", "C")]
+    sink.evolve_in_place([v0, v1, v2])
+    assert pg_columns(sink) == {"id": "integer", "b": "text", "c": "text"}
+    assert rows(sink, "id", "b", "c") == [(1, "B", "C")] and marker(sink) == [(2,)]
+
+
+def test_a_failing_step_leaves_the_mirror_at_its_version(sink):
+    v0 = version(0, column("a", "int(11)", 10, 0))
+    start(sink, v0, [(1, 1)])
+    v1 = version(1, column("a", "bigint(20)", 19, 0), column("b", "int(11)", 10, 0), added={"b": 1})
+    v2 = version(2, column("a", "bigint(20)", 19, 0), column("b", "int(11)", 10, 0), column("c", "int(11)", 10, 0),
+                 added={"c": "not a number"})
+    with pytest.raises(psycopg2.Error):
+        sink.evolve_in_place([v0, v1, v2])
+    assert pg_columns(sink) == {"id": "integer", "a": "integer"} and marker(sink) == [(0,)]
+    sink.evolve_in_place([v0, v1])
+    assert pg_columns(sink) == {"id": "integer", "a": "bigint", "b": "integer"} and rows(sink, "b") == [(1,)]
+
+
+def test_a_widened_key_takes_wider_keys(sink):
+    v0 = version(0, column("a", "int(11)", 10, 0))
+    start(sink, v0, [(1, 1)])
+    schema = TableSchema(TableId.parse(TABLE), (column("id", "bigint(20)", 19, 0), column("a", "int(11)", 10, 0)),
+                         ("id",), ("id",))
+    v1 = TableVersion(1, schema)
+    sink.evolve_in_place([v0, v1])
+    write(sink, v1, [(2**40, 2), (1, 3)], pos=200)
+    assert pg_columns(sink) == {"id": "bigint", "a": "integer"} and rows(sink, "id", "a") == [(1, 3), (2**40, 2)]
+
+
+def test_key_changes_and_foreign_definitions_are_refused(sink):
+    v0 = version(0, column("a", "int(11)", 10, 0))
+    start(sink, v0, [(1, 1)])
+    renamed_key = TableVersion(1, TableSchema(TableId.parse(TABLE), (column("k", "int(11)", 10, 0),
+                                                                     column("a", "int(11)", 10, 0)), ("k",), ("k",)),
+                               renamed={"k": "id"})
+    with pytest.raises(SinkError, match="key"):
+        sink.evolve_in_place([v0, renamed_key])
+    replaced_key = version(1, column("a", "int(11)", 10, 0), added={"id": 0})
+    with pytest.raises(SinkError, match="key"):
+        sink.evolve_in_place([v0, replaced_key])
+    other = version(0, column("z", "int(11)", 10, 0))
+    with pytest.raises(SinkError, match="changed outside the pipeline"):
+        sink.evolve_in_place([other, version(1, column("z", "int(11)", 10, 0), column("b", "text"))])
+    with pytest.raises(SinkError, match="numbered"):
+        sink.evolve_in_place([v0, version(2, column("a", "int(11)", 10, 0))])
+    assert pg_columns(sink) == {"id": "integer", "a": "integer"} and marker(sink) == [(0,)]
+
+
+def test_prepare_records_the_version_it_creates_and_a_resnapshot_resets_it(sink):
+    v0 = version(0, column("a", "int(11)", 10, 0))
+    v1 = version(1, column("a", "int(11)", 10, 0), column("b", "text"), added={"b": "x"})
+    v2 = version(2, column("b", "text"), column("c", "text"), renamed={"c": "a"})
+    sink.prepare(TableSinkTypes.of(v2.schema, 2))  # a brand-new mirror, at the stream's newest version
+    assert marker(sink) == [(2,)]
+    sink.evolve_in_place([v0, v1, v2])
+    sink.prepare(TableSinkTypes.of(v2.schema, 2))
+    assert pg_columns(sink) == {"id": "integer", "b": "text", "c": "text"} and marker(sink) == [(2,)]
+
+    sink.prepare(TableSinkTypes.of(v0.schema), evolve=True)  # a re-snapshot under a new epoch's version 0
+    assert pg_columns(sink) == {"id": "integer", "a": "integer"} and marker(sink) == [(0,)]
+    write(sink, v0, [(1, 5)])
+    sink.evolve_in_place([v0, v1])
+    assert rows(sink, "id", "a", "b") == [(1, 5, "x")] and marker(sink) == [(1,)]
+
+
+def test_a_missing_mirror_is_created_at_the_newest_version(sink):
+    v0 = version(0, column("a", "int(11)", 10, 0))
+    v1 = version(1, column("b", "int(11)", 10, 0), renamed={"b": "a"})
+    assert sink.mirror.evolve_in_place([v0, v1]) == 1
+    assert pg_columns(sink) == {"id": "integer", "b": "integer"} and marker(sink) == [(1,)]

@@ -1,0 +1,76 @@
+"""A table's versions: where the newest version's columns come from for rows of an older one, rows carried up,
+the version in force at a position, and the state store's record of them (first writer wins)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from airflow_cdc_provider.core.chunks import TableId
+from airflow_cdc_provider.core.offsets import EventPosition
+from airflow_cdc_provider.source.schema import Column, TableSchema
+from airflow_cdc_provider.source.table_versions import TableVersion, origins, upcast, version_at
+from airflow_cdc_provider.state.store import StateStore
+
+T = TableId("db", "t")
+
+
+def column(name, data_type="int", column_type=None):
+    return Column(name, data_type, column_type or data_type, True, None, None, None, None, None, None)
+
+
+def schema(*names):
+    return TableSchema(T, tuple(column(n) for n in names), ("id",), ("id",))
+
+
+def at(pos):
+    return EventPosition("mysql-bin.000001", pos, 0)
+
+
+VERSIONS = [
+    TableVersion(0, schema("id", "name", "qty")),
+    # ADD c DEFAULT 'x', CHANGE name title
+    TableVersion(1, schema("id", "title", "qty", "c"), at(100), "alter 1", renamed={"title": "name"}, added={"c": "x"}),
+    # DROP c, ADD c again (another default), RENAME qty TO amount, ADD d FIRST
+    TableVersion(2, schema("d", "id", "title", "amount", "c"), at(200), "alter 2", renamed={"amount": "qty"},
+                 added={"d": Decimal("1.50"), "c": None}),
+]
+
+
+def test_origins_follow_renames_and_added_values_through_every_version():
+    assert origins(VERSIONS, 0) == {"d": ("value", Decimal("1.50")), "id": ("column", "id"),
+                                    "title": ("column", "name"), "amount": ("column", "qty"), "c": ("value", None)}
+    assert origins(VERSIONS, 1)["title"] == ("column", "title")
+    assert origins(VERSIONS, 2) == {n: ("column", n) for n in ("d", "id", "title", "amount", "c")}
+
+
+def test_a_row_of_an_old_version_is_carried_up_as_the_source_carried_its_rows():
+    row = {"id": 7, "name": "seven", "qty": 70}
+    assert upcast(row, VERSIONS, 0) == {"d": Decimal("1.50"), "id": 7, "title": "seven", "amount": 70, "c": None}
+    assert upcast({"id": 7, "title": "s", "qty": 1, "c": "y"}, VERSIONS, 1) == {
+        "d": Decimal("1.50"), "id": 7, "title": "s", "amount": 1, "c": None}
+    newest = {"d": 1, "id": 7, "title": "s", "amount": 1, "c": "z"}
+    assert upcast(newest, VERSIONS, 2) == newest
+
+
+def test_the_version_in_force_starts_at_its_own_position():
+    assert version_at(VERSIONS, (1, 99, 0)).number == 0
+    assert version_at(VERSIONS, (1, 100, 0)).number == 1
+    assert version_at(VERSIONS, (1, 150, -1)).number == 1
+    assert version_at(VERSIONS, (2, 4, 0)).number == 2
+
+
+def test_versions_round_trip_through_the_state_store_and_the_first_writer_wins(tmp_path):
+    store = StateStore(tmp_path / "state")
+    assert store.table_versions("db.t", 5) == []
+    store.note_snapshot_definition("db.t", 5, VERSIONS[0].schema)
+    assert not store.snapshot_definitions_mixed("db.t", 5)
+    # recorded out of order: numbered by position when read
+    assert store.record_table_version("db.t", 5, VERSIONS[2]) == VERSIONS[2]
+    assert store.record_table_version("db.t", 5, VERSIONS[1]) == VERSIONS[1]
+    other = TableVersion(1, schema("id", "x"), at(100), "another attempt")
+    assert store.record_table_version("db.t", 5, other) == VERSIONS[1]
+    assert store.table_versions("db.t", 5) == VERSIONS
+    assert store.table_versions("db.t", 6) == []
+    # a snapshot task of the epoch that read another definition: no base to trust
+    store.note_snapshot_definition("db.t", 5, schema("id", "other"))
+    assert store.snapshot_definitions_mixed("db.t", 5)
