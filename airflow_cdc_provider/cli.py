@@ -124,13 +124,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return _fail(str(exc).splitlines())
     spark = spark_session("airflow-cdc verify", master=args.master)
     verdicts = []
+    seed = pipeline.state.read_seed()
     try:
         sink = pipeline.open_sink(spark)
         for schema in plan.schemas:
-            if args.table and str(schema.table) != args.table:
+            name = str(schema.table)
+            if args.table and name != args.table:
                 continue
             ranges = [(c.start, c.end) for c in plan.chunks if c.table == schema.table]
-            verdicts.append(verify_table(spark, pipeline.source, sink, TableSinkTypes.of(schema), ranges))
+            epoch = seed.tables[name].epoch if seed and name in seed.tables else 0
+            versions = pipeline.state.table_versions(name, epoch)
+            verdicts.append(verify_table(spark, pipeline.source, sink, TableSinkTypes.of(schema), ranges,
+                                         stream_version=versions[-1].number if versions else None))
     finally:
         stop_session(spark)
     equal = all(v.equal for v in verdicts)
@@ -148,8 +153,17 @@ def cmd_verify(args: argparse.Namespace) -> int:
         for v in verdicts:
             bad = [c for c in v.chunks if c.differing]
             status = "EQUAL" if v.equal else "DIFFERENT"
+            at = "" if v.sink_version is None else f", schema version {v.sink_version}" + (
+                "" if v.stream_version in (None, v.sink_version) else f" (the stream's: {v.stream_version})")
+            if v.missing_columns or v.extra_columns:
+                print(f"  {v.table:<40} {status:<9} columns differ" + at)
+                if v.missing_columns:
+                    print(f"      not in the sink: {', '.join(v.missing_columns)}")
+                if v.extra_columns:
+                    print(f"      in the sink, not on the source: {', '.join(v.extra_columns)}")
+                continue
             print(f"  {v.table:<40} {status:<9} source {v.source_rows} rows, sink {v.sink_rows} rows, "
-                  f"{len(v.chunks)} chunk(s)" + (f", {len(bad)} differ" if bad else ""))
+                  f"{len(v.chunks)} chunk(s)" + (f", {len(bad)} differ" if bad else "") + at)
             for c in bad[:10]:
                 print(f"      chunk {c.chunk}: source {c.source_rows} rows (checksum {c.source_checksum:016x}), "
                       f"sink {c.sink_rows} rows (checksum {c.sink_checksum:016x}), {c.differing} differing")

@@ -46,6 +46,15 @@ class SinkError(RuntimeError):
     pass
 
 
+@dataclass(frozen=True)
+class SinkDefinition:
+    """What a sink table holds: its data columns, and the version of the source table's definition they are
+    at (None: the sink does not keep versions)."""
+
+    columns: tuple[str, ...]
+    version: int | None = None
+
+
 @dataclass
 class SinkConfig:
     """A sink as the jobs get it (in the job spec): no secrets. ``path`` for file sinks; ``conn`` (connection
@@ -150,6 +159,11 @@ class Sink(abc.ABC):
         """Apply a truncate or drop (``core.schema_changes.SchemaChange``) of the stream at its version: rows
         older than it are gone, newer ones stay. Idempotent, and correct whether the batch's rows were written
         before or after it. A sink whose ``current_state`` reads the change's record needs nothing here."""
+
+    def definition(self, table: str) -> "SinkDefinition | None":
+        """The data columns the sink's table has now and the table version it is at (``source.table_versions``);
+        None when the table does not exist in the sink yet."""
+        return None
 
     @abc.abstractmethod
     def current_state(self, types, include_meta: bool = False):

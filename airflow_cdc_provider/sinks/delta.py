@@ -48,6 +48,7 @@ from airflow_cdc_provider.sinks.base import (
     FileSink,
     Hook,
     SinkConfig,
+    SinkDefinition,
     SinkError,
     Version,
 )
@@ -263,6 +264,13 @@ class DeltaSink(FileSink):
 
         uri = self.layout.table_uri(table)
         return DeltaTable(uri) if DeltaTable.is_deltatable(uri) else None
+
+    def definition(self, table: str) -> SinkDefinition | None:
+        dt = self.open_table(table)
+        if dt is None:
+            return None
+        own = set(META_NAMES) | {DELETED, CHUNK}
+        return SinkDefinition(tuple(f.name for f in dt.schema().fields if f.name not in own))
 
     def prepare(self, types, evolve: bool = False) -> None:
         """Create the table (change data feed on). ``evolve`` (a snapshot): an existing table takes the

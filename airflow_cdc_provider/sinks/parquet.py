@@ -65,6 +65,7 @@ from airflow_cdc_provider.sinks.base import (
     FileSink,
     Hook,
     SinkConfig,
+    SinkDefinition,
     SinkError,
     Version,
 )
@@ -301,6 +302,14 @@ class ParquetSink(FileSink):
             self.layout.write_schema(table, schema_json)
         elif evolve and current != schema_json:
             self.layout.write_schema(table, schema_json, staged=True)
+
+    def definition(self, table: str) -> SinkDefinition | None:
+        schema = self.layout.read_schema(table)
+        if schema is None:
+            return None
+        history = self.layout.read_history(table)
+        return SinkDefinition(tuple(f["name"] for f in json.loads(schema)["fields"]),
+                              max((int(h["number"]) for h in history), default=0))
 
     # -- snapshot windows ---------------------------------------------------------------------------------
     def open_window(self, rows, types, epoch: int, indexes: list[int], low_watermark: Version,

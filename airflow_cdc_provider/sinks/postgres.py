@@ -38,6 +38,7 @@ from airflow_cdc_provider.sinks.base import (
     Hook,
     Sink,
     SinkConfig,
+    SinkDefinition,
     SinkError,
     Version,
 )
@@ -53,6 +54,11 @@ VERSIONS_TABLE = "_cdc_schema_versions"  # per mirror table, the table version i
 
 def pg_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+def with_params(sql: str) -> str:
+    """``sql`` (names, no placeholders) inside a statement psycopg2 fills in: a ``%`` of a name doubled."""
+    return sql.replace("%", "%%")
 
 
 def mirror_table_name(table: str) -> str:
@@ -148,15 +154,16 @@ class PostgresMirror:
         cur.execute("SELECT to_regclass(%s)", (self.versions_table(),))
         if cur.fetchone()[0] is None:
             return 0
-        cur.execute(f"SELECT version FROM {self.versions_table()} WHERE mirror = %s", (mirror_table_name(table),))
+        cur.execute(f"SELECT version FROM {with_params(self.versions_table())} WHERE mirror = %s", (mirror_table_name(table),))
         row = cur.fetchone()
         return 0 if row is None else int(row[0])
 
     def _record_version(self, cur: Any, table: str, version: int) -> None:
         cur.execute(f"CREATE TABLE IF NOT EXISTS {self.versions_table()} (mirror text PRIMARY KEY, "
                     "version integer NOT NULL, updated_at timestamptz NOT NULL DEFAULT now())")
-        cur.execute(f"INSERT INTO {self.versions_table()} (mirror, version) VALUES (%s, %s) ON CONFLICT (mirror) "
-                    "DO UPDATE SET version = EXCLUDED.version, updated_at = now()", (mirror_table_name(table), version))
+        cur.execute(f"INSERT INTO {with_params(self.versions_table())} (mirror, version) VALUES (%s, %s) "
+                    "ON CONFLICT (mirror) DO UPDATE SET version = EXCLUDED.version, updated_at = now()",
+                    (mirror_table_name(table), version))
 
     def data_columns(self, cur: Any, table: str) -> list[str]:
         cur.execute("SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 AND NOT "
@@ -236,10 +243,11 @@ class PostgresMirror:
         updates = [c for c in cols if c not in key_columns and c != "_cdc_chunk"]
         v = ", ".join(pg_ident(c) for c in VERSION_COLUMNS)
         ev = ", ".join(f"EXCLUDED.{pg_ident(c)}" for c in VERSION_COLUMNS)
+        q = lambda name: with_params(pg_ident(name))  # noqa: E731
         return (
-            f"INSERT INTO {self.qualified(table)} AS t ({', '.join(pg_ident(c) for c in cols)}) VALUES %s "
-            f"ON CONFLICT ({', '.join(pg_ident(k) for k in key_columns)}) DO UPDATE SET "
-            + ", ".join(f"{pg_ident(c)} = EXCLUDED.{pg_ident(c)}" for c in updates)
+            f"INSERT INTO {with_params(self.qualified(table))} AS t ({', '.join(q(c) for c in cols)}) VALUES %s "
+            f"ON CONFLICT ({', '.join(q(k) for k in key_columns)}) DO UPDATE SET "
+            + ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in updates)
             + f" WHERE (t.{v.replace(', ', ', t.')}) < ({ev})"
         )
 
@@ -274,7 +282,8 @@ class PostgresMirror:
         with ``op``, and with ``version`` when given."""
         v = ", ".join(pg_ident(c) for c in VERSION_COLUMNS)
         sets = '"_cdc_deleted" = true, "_cdc_op" = %s' + (f", ({v}) = (%s, %s, %s)" if version else "")
-        cur.execute(f'UPDATE {self.qualified(table)} SET {sets} WHERE NOT "_cdc_deleted" AND {condition.format(v=v)}',
+        cur.execute(f'UPDATE {with_params(self.qualified(table))} SET {sets} WHERE NOT "_cdc_deleted" AND '
+                    f'{condition.format(v=v)}',
                     (op, *(version or ()), *params))
         return cur.rowcount
 
@@ -292,7 +301,7 @@ class PostgresMirror:
 
     def comment(self, table: str, text: str | None) -> None:
         with self.cursor() as cur:
-            cur.execute(f"COMMENT ON TABLE {self.qualified(table)} IS %s", (text,))
+            cur.execute(f"COMMENT ON TABLE {with_params(self.qualified(table))} IS %s", (text,))
 
     def sweep_stale(self, table: str, min_low_watermark: tuple) -> int:
         """After a complete (re-)snapshot: rows last written before it started are gone from the source."""
@@ -487,6 +496,13 @@ class PostgresSink(Sink):
         self.mirror.tombstone_older(table, change.position.sort_key, change.op)
         if change.op == "x":
             self.mirror.comment(table, f"source table dropped at {change.position.file}:{change.position.pos}")
+
+    def definition(self, table: str) -> SinkDefinition | None:
+        with self.mirror.cursor() as cur:
+            cur.execute("SELECT to_regclass(%s)", (self.mirror.qualified(table),))
+            if cur.fetchone()[0] is None:
+                return None
+            return SinkDefinition(tuple(self.mirror.data_columns(cur, table)), self.mirror.recorded_version(cur, table))
 
     def jdbc_url(self) -> str:
         c = self.config.conn

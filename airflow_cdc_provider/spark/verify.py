@@ -32,13 +32,22 @@ class ChunkSummary:
 
 @dataclass
 class TableVerdict:
+    """``missing_columns`` / ``extra_columns``: the source's columns the sink table lacks, and the sink's the
+    source no longer has (rows are compared only when there are none); ``sink_version`` and
+    ``stream_version``: the table version (``source.table_versions``) the sink's columns are at, and the newest
+    the stream has met (None: not kept)."""
+
     table: str
     chunks: list[ChunkSummary]
     first_differences: list[dict[str, Any]] = field(default_factory=list)
+    missing_columns: list[str] = field(default_factory=list)
+    extra_columns: list[str] = field(default_factory=list)
+    sink_version: int | None = None
+    stream_version: int | None = None
 
     @property
     def equal(self) -> bool:
-        return all(c.differing == 0 for c in self.chunks)
+        return not self.missing_columns and not self.extra_columns and all(c.differing == 0 for c in self.chunks)
 
     @property
     def source_rows(self) -> int:
@@ -50,6 +59,8 @@ class TableVerdict:
 
     def to_dict(self) -> dict[str, Any]:
         return {"table": self.table, "equal": self.equal, "source_rows": self.source_rows, "sink_rows": self.sink_rows,
+                "missing_columns": self.missing_columns, "extra_columns": self.extra_columns,
+                "sink_version": self.sink_version, "stream_version": self.stream_version,
                 "differing_chunks": [c.__dict__ for c in self.chunks if c.differing],
                 "chunks": len(self.chunks), "first_differences": self.first_differences}
 
@@ -63,7 +74,28 @@ def _row_hash(df, columns: Sequence[str]):
 
 
 def verify_table(spark, settings: ConnectionSettings, sink, types: TableSinkTypes,
-                 ranges: Sequence[tuple[Key | None, Key | None]], max_differences: int = 10) -> TableVerdict:
+                 ranges: Sequence[tuple[Key | None, Key | None]], max_differences: int = 10,
+                 stream_version: int | None = None) -> TableVerdict:
+    """Source vs sink. A sink table whose columns are not the source's is different without comparing rows: a
+    column the sink lacks is a difference, whatever the rows hold."""
+    from pyspark.sql import functions as F
+
+    schema = types.schema
+    held = sink.definition(str(schema.table))
+    if held is not None and list(held.columns) != schema.column_names:
+        missing = [c for c in schema.column_names if c not in held.columns]
+        extra = [c for c in held.columns if c not in schema.column_names]
+        if missing or extra:
+            return TableVerdict(str(schema.table), [], missing_columns=missing, extra_columns=extra,
+                                sink_version=held.version, stream_version=stream_version)
+    verdict = _compare_rows(spark, settings, sink, types, ranges, max_differences)
+    verdict.sink_version = held.version if held is not None else None
+    verdict.stream_version = stream_version
+    return verdict
+
+
+def _compare_rows(spark, settings: ConnectionSettings, sink, types: TableSinkTypes,
+                  ranges: Sequence[tuple[Key | None, Key | None]], max_differences: int) -> TableVerdict:
     from pyspark.sql import functions as F
 
     schema = types.schema

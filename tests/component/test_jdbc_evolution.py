@@ -207,3 +207,18 @@ def test_a_missing_mirror_is_created_at_the_newest_version(sink):
     v1 = version(1, column("b", "int(11)", 10, 0), renamed={"b": "a"})
     assert sink.mirror.evolve_in_place([v0, v1]) == 1
     assert pg_columns(sink) == {"id": "integer", "b": "integer"} and marker(sink) == [(1,)]
+
+
+def test_names_holding_percent_signs_are_written_and_tombstoned(sink):
+    """psycopg2 fills in ``%s``: a ``%`` of a schema, table or column name must not be read as a placeholder."""
+    pct = column("50% off", "int(11)", 10, 0)
+    sink.config.schema += "_50%"
+    sink.mirror.sink.schema = sink.config.schema
+    sink.prepare(TableSinkTypes.of(version(0, pct).schema))
+    meta = ("c", 0, 1, 10, 0, False, None)
+    assert sink.mirror.upsert(TABLE, ["id", "50% off"], ["id"], [(1, 5, *meta), (2, 6, *meta)]) == 2
+    assert sink.mirror.tombstone_older(TABLE, (1, 10, 1), "t") == 2
+    sink.mirror.comment(TABLE, "50% gone")
+    assert query(sink, f'SELECT id, "50% off", _cdc_deleted FROM {sink.mirror.qualified(TABLE)} ORDER BY id') == [
+        (1, 5, True), (2, 6, True)]
+    assert sink.definition(TABLE).columns == ("id", "50% off") and sink.definition(TABLE).version == 0

@@ -17,6 +17,8 @@ from airflow_cdc_provider.pipeline.plan import plan_chunks
 from airflow_cdc_provider.pipeline.table_schemas import dropped_tables, pending_resyncs
 from airflow_cdc_provider.sinks.parquet_arrow import read_current_state
 from airflow_cdc_provider.sinks.postgres import mirror_table_name
+from airflow_cdc_provider.sinks.registry import open_sink
+from airflow_cdc_provider.spark.verify import verify_table
 from tests.e2e.cdc_helpers import Pipeline, jdbc_sink, parquet_sink, sink_rows, source_rows, table_types
 
 
@@ -124,6 +126,8 @@ def test_truncate_alter_and_drop_each_at_its_position_then_the_held_table_conver
     assert "change column name to title" in resync.detail, resync.detail
     held = {(i,): (i, f"n{i}", i + 1000 if i <= 20 else i) for i in range(1, 101) if i != 30}
     assert held_rows(p, postgres, db, sink_type) == held
+    verdict = verify_table(spark, db.settings, open_sink(p.sink, p.secrets, spark), table_types(db, "t"), [(None, None)])
+    assert not verdict.equal and (verdict.missing_columns, verdict.extra_columns) == (["title", "c"], ["name"])
     assert db.table("gone") in dropped_tables(p.state)
     assert sink_rows(spark, p.sink, p.secrets, gone_types) == {}
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 import pytest
 
 from airflow_cdc_provider.pipeline.table_schemas import pending_resyncs
+from airflow_cdc_provider.sinks.registry import open_sink
 from airflow_cdc_provider.source.server import current_offset
+from airflow_cdc_provider.spark.verify import verify_table
 from tests.e2e.cdc_helpers import ThreadedWriter, sink_rows, source_rows, table_types, wait_until
 from tests.e2e.test_schema_changes import arrow_rows, make_pipeline, pg_rows, snapshot_all
 
@@ -70,6 +72,9 @@ def test_alter_between_runs_is_applied_in_place_with_pending_old_rows_and_a_kill
         assert_sink_equals_source(p, spark, postgres, db, sink_type, table)
     want = source_rows(db, "t")
     assert want[(2,)][:4] == (2, 0, "n2", 5000000000) and want[(50,)][:4] == (50, 0, "n50", 50)
+    verdict = verify_table(spark, db.settings, open_sink(p.sink, p.secrets, spark), table_types(db, "t"), [(None, None)],
+                           stream_version=2)
+    assert verdict.equal and verdict.sink_version == 2 and verdict.source_rows == len(want), verdict.to_dict()
 
     # a later run restarts from the checkpoint with the recorded versions and goes on
     db.execute("UPDATE t SET title = 'later', qty = 7000000000 WHERE id = 5")
