@@ -81,6 +81,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             cfg.source.chunk_key,
             max_tasks=args.max_tasks,
             chunks_per_task=cfg.snapshot.chunks_per_task,
+            schema_changes_per_table=cfg.stream.schema_changes_per_table,
         )
     except SourceValidationError as exc:
         return _fail([f"{where}: {p}" for p in exc.problems])
@@ -135,7 +136,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
             epoch = seed.tables[name].epoch if seed and name in seed.tables else 0
             versions = pipeline.state.table_versions(name, epoch)
             verdicts.append(verify_table(spark, pipeline.source, sink, TableSinkTypes.of(schema), ranges,
-                                         stream_version=versions[-1].number if versions else None))
+                                         stream_version=versions[-1].number if versions else None,
+                                         behaviour=cfg.stream.schema_changes_for(name)))
     finally:
         stop_session(spark)
     equal = all(v.equal for v in verdicts)
@@ -164,6 +166,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 continue
             print(f"  {v.table:<40} {status:<9} source {v.source_rows} rows, sink {v.sink_rows} rows, "
                   f"{len(v.chunks)} chunk(s)" + (f", {len(bad)} differ" if bad else "") + at)
+            if v.kept_apart:
+                print(f"      not compared (kept so by stream.schema_changes): "
+                      + "; ".join(f"{k}: {', '.join(c)}" for k, c in v.kept_apart.items() if c))
             for c in bad[:10]:
                 print(f"      chunk {c.chunk}: source {c.source_rows} rows (checksum {c.source_checksum:016x}), "
                       f"sink {c.sink_rows} rows (checksum {c.sink_checksum:016x}), {c.differing} differing")

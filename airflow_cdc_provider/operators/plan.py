@@ -110,7 +110,8 @@ class PlanChunksOperator(BaseOperator):
 
         plan = plan_chunks(p.source, p.config.source.tables, p.config.snapshot.split_options(),
                            p.config.source.chunk_key, max_tasks=max_tasks, should_split=needs_snapshot,
-                           chunks_per_task=p.config.snapshot.chunks_per_task, captured_before=p.captured_before())
+                           chunks_per_task=p.config.snapshot.chunks_per_task, captured_before=p.captured_before(),
+                           schema_changes_per_table=p.config.stream.schema_changes_per_table)
         for name in plan.validation.gone:
             drop = dropped_tables(p.state).get(name)
             self.log.warning("table %s no longer exists on the source (%s): nothing of it is planned; its sink data "

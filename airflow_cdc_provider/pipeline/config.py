@@ -22,7 +22,9 @@ Schema (sections other than ``source`` are optional)::
     snapshot: {chunk_size: 8096, max_active_chunks: 1, rows_per_task: 10000000, even_split: true,
                even_distribution_lower_bound: 0.05, even_distribution_upper_bound: 1000.0}
     stream:   {mode: available_now | continuous,
-               startup: initial | latest | earliest | {file, pos} | {gtid} | {timestamp}, ...}
+               startup: initial | latest | earliest | {file, pos} | {gtid} | {timestamp},
+               schema_changes: evolve | lenient | ignore | resnapshot | fail,
+               schema_changes_per_table: {"shop.audit_*": ignore}, ...}
     sink:     {type: parquet | jdbc | delta, path: ..., conn_id: ..., schema: ...,
                maintenance: {schedule: "@daily", vacuum_retention_hours: 168, ...}}   # delta
     spark:    {conn_id: spark_default, connect_conn_id: ..., conf: {...}, jars: [...], class_archive: true, ...}
@@ -34,6 +36,7 @@ from __future__ import annotations
 import datetime as dt
 import difflib
 import functools
+import re
 import types
 import typing
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
@@ -49,6 +52,7 @@ from airflow_cdc_provider.core.chunks import (
     DEFAULT_EVEN_UPPER_BOUND,
     SplitOptions,
 )
+from airflow_cdc_provider.source.schema import compile_pattern, is_exact
 
 # A task pays a JVM start and a session before its Spark work; 10M rows keeps that a small part of the task.
 DEFAULT_ROWS_PER_TASK = 10_000_000
@@ -103,6 +107,23 @@ def _table_name_problem(name: str) -> str | None:
     return None if "." in name else "must be a table name 'db.table'"
 
 
+def _table_pattern_problem(pattern: str) -> str | None:
+    """A key that ``source.schema.compile_pattern`` takes, as the patterns of ``source.tables``."""
+    if pattern.startswith("re:"):
+        try:
+            re.compile(pattern[3:])
+        except re.error as exc:
+            return f"is not a valid regular expression: {exc}"
+        return None
+    if "." not in pattern:
+        return "must be a table 'db.table', a glob 'db.order_*' or a regular expression 're:db\\.t_\\d+'"
+    try:
+        compile_pattern(pattern)
+    except re.error as exc:  # a glob's [...] class
+        return f"is not a valid glob: {exc}"
+    return None
+
+
 _STARTUP_FORMS = ("initial, latest, earliest, {file: <binlog file>, pos: <position>} (pos optional), "
                  "{gtid: <GTID>} or {timestamp: <epoch seconds or ISO 8601 time>}")
 
@@ -139,10 +160,12 @@ Bool = Annotated[bool, _Strict()]
 StrOrList = Annotated[Union[Str, list[Str]], _OneOf("a string or a list of strings")]
 TableNames = Annotated[list[NonEmptyStr], annotated_types.MinLen(1)]
 TableName = Annotated[str, _Strict(), _Check(_table_name_problem)]
+TablePattern = Annotated[str, _Strict(), _Check(_table_pattern_problem)]  # as in source.tables
 ChunkKeyColumns = Annotated[Union[NonEmptyStr, Annotated[list[NonEmptyStr], annotated_types.MinLen(1)]],
                             _OneOf("a column name or a non-empty list of column names")]
 ServerId = Annotated[Union[Str, Int], _OneOf("a server id or a range like '5400-5408'")]
 Startup = Annotated[Union[str, dict[str, Any]], _Startup()]
+SchemaChanges = Literal["evolve", "lenient", "ignore", "resnapshot", "fail"]  # table_versions.SCHEMA_CHANGE_BEHAVIOURS
 
 
 # -- typed configuration ------------------------------------------------------------------------------
@@ -192,8 +215,20 @@ class StreamConfig:
     deferrable: Bool = True  # continuous: watch from the triggerer
     reconnect_timeout: PositiveInt = 300  # seconds the stream keeps reconnecting to an unreachable source
     # a captured table's schema change: evolve (apply column adds, drops, renames and widenings in place, re-snapshot
-    # the table for anything else), resnapshot (hold its changes, re-snapshot it in the next run) or fail
-    schema_changes: Literal["evolve", "resnapshot", "fail"] = "evolve"
+    # the table for anything else), lenient (as evolve, but the sink never drops or renames a column: it keeps it,
+    # NULL in later rows), ignore (the sink keeps its columns: new ones are not written, dropped or renamed ones are
+    # NULL in later rows; widened ones are widened), resnapshot (hold its changes, re-snapshot it in the next run)
+    # or fail
+    schema_changes: SchemaChanges = "evolve"
+    # table pattern (as in source.tables) -> its behaviour, instead of schema_changes; the first key matching wins
+    schema_changes_per_table: dict[TablePattern, SchemaChanges] = field(default_factory=dict)
+
+    def schema_changes_for(self, table: str) -> str:
+        """The behaviour of table ``db.t``: that of the first key of ``schema_changes_per_table`` matching it."""
+        for pattern, behaviour in self.schema_changes_per_table.items():
+            if pattern == table if is_exact(pattern) else compile_pattern(pattern).fullmatch(table):
+                return behaviour
+        return self.schema_changes
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -408,8 +443,10 @@ def _message(error: Mapping[str, Any], root: Any) -> str:
         size = f"a non-empty {noun}" if ctx["min_length"] == 1 else f"a {noun} of at least {ctx['min_length']}"
         text = f"must be {size}, got {value!r}"
     elif kind == "literal_error":
-        allowed = typing.get_args(_bare(tp))
-        text = f"{value!r} is not allowed (allowed: {', '.join(map(str, allowed))})"
+        allowed = [str(a) for a in typing.get_args(_bare(tp))]
+        hint = difflib.get_close_matches(str(value), allowed, n=1)
+        suggestion = f"did you mean {hint[0]!r}? " if hint else ""
+        text = f"{value!r} is not allowed ({suggestion}allowed: {', '.join(allowed)})"
     elif kind == "union_tag_invalid":  # the sink's type picks its settings class
         path, value = f"{path}.type", value.get("type") if isinstance(value, Mapping) else ctx["tag"]
         text = f"{value!r} is not allowed (allowed: {', '.join(_tagged(_bare(tp)))})"
@@ -500,6 +537,12 @@ _DESCRIPTIONS: dict[str, dict[str, str]] = {
         "heartbeat_timeout": "Seconds without a heartbeat before the stream task fails.",
         "deferrable": "Continuous mode: watch the stream from the triggerer.",
         "reconnect_timeout": "Seconds the stream keeps reconnecting to an unreachable source.",
+        "schema_changes": "What an ALTER of a captured table's columns does: evolve (applied in place in the sink), "
+                          "lenient (as evolve, but dropped and renamed columns stay in the sink, NULL in later rows), "
+                          "ignore (the sink keeps its columns; widened ones are widened), resnapshot (the table is "
+                          "re-snapshotted) or fail (the stream stops).",
+        "schema_changes_per_table": "Per table pattern (as in source.tables): its schema_changes; the first key "
+                                    "matching a table wins.",
     },
     "SparkConfig": {
         "conn_id": "An Airflow spark connection.",

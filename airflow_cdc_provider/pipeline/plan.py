@@ -53,13 +53,16 @@ def plan_chunks(
     should_split: Callable[[TableSchema], bool] | None = None,
     chunks_per_task: int = 1,
     captured_before: Collection[str] = (),
+    schema_changes_per_table: Mapping[str, Any] | None = None,
 ) -> ChunkPlan:
     """Validate every table; split those ``should_split`` accepts (all by default), so a later run does not
     pay the split queries of tables whose snapshot is already finished. ``captured_before``: tables a missing
-    one of which was dropped or renamed away (``ValidationResult.gone``), not a typo."""
+    one of which was dropped or renamed away (``ValidationResult.gone``), not a typo.
+    ``schema_changes_per_table``: ``stream.schema_changes_per_table``, checked against the captured tables."""
     with contextlib.closing(connect(settings)) as conn:
         validation = validate_source(conn, tables, chunk_keys, source=f"source {settings.describe()}",
-                                     captured_before=captured_before)
+                                     captured_before=captured_before,
+                                     schema_changes_per_table=schema_changes_per_table)
         chunks: list[Chunk] = []
         for schema in validation.schemas:
             if should_split is None or should_split(schema):

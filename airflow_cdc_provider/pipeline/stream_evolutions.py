@@ -19,10 +19,11 @@ from airflow_cdc_provider.source.binlog import Evolutions
 from airflow_cdc_provider.source.ddl import column_changes
 from airflow_cdc_provider.source.schema import TableConfigError, load_schema
 from airflow_cdc_provider.source.schema_evolution import evolve_definition
-from airflow_cdc_provider.source.table_versions import TableVersion, version_at
+from airflow_cdc_provider.source.table_versions import TableVersion, sink_versions, version_at
 from airflow_cdc_provider.state.store import StateStore
 
 log = logging.getLogger("airflow_cdc.schema")
+IN_PLACE_BEHAVIOURS = ("evolve", "lenient", "ignore")  # the behaviours that apply column changes in place
 
 
 class StreamEvolutions(Evolutions):
@@ -31,9 +32,15 @@ class StreamEvolutions(Evolutions):
     its own connection and state store when it has to record."""
 
     def __init__(self, versions: Mapping[str, list[TableVersion]], epochs: Mapping[str, int], state_path: str,
-                 connect, may_record: bool = True) -> None:
-        self.may_record = may_record  # False: every ALTER of columns is a resync (a re-snapshot)
+                 connect, behaviours: Mapping[str, str], in_place: bool = True,
+                 sinks: Mapping[str, list[TableVersion]] | None = None) -> None:
+        """``behaviours``: each table's ``stream.schema_changes``; ``in_place``: whether the sink can change its
+        tables in place; ``sinks``: the versions each table's sink goes through (``sink_versions``), by default
+        the source's."""
+        self.behaviours = {TableId.parse(t): b for t, b in behaviours.items()}
+        self.in_place = in_place
         self.chains = {TableId.parse(t): list(v) for t, v in versions.items()}
+        self.sink_chains = {TableId.parse(t): list(v) for t, v in (sinks or versions).items()}
         self.epochs = {TableId.parse(t): int(epochs.get(t, 0)) for t in versions}
         self.state_path = state_path
         self.connect = connect  # () -> a pymysql connection to the source
@@ -49,6 +56,9 @@ class StreamEvolutions(Evolutions):
     def chain(self, table: TableId) -> list[TableVersion]:
         return self.chains[table]
 
+    def sink_chain(self, table: TableId) -> list[TableVersion]:
+        return self.sink_chains[table]
+
     def starting_version(self, table: TableId) -> TableVersion | None:
         chain = self.chains.get(table)
         if not chain:
@@ -63,8 +73,11 @@ class StreamEvolutions(Evolutions):
 
     def record(self, table: TableId, statement: str, database: str | None, position: EventPosition,
                current: TableVersion) -> TableVersion | str:
-        if not self.may_record:
-            return "stream.schema_changes is not evolve, or the sink cannot change its tables in place"
+        behaviour = self.behaviours.get(table, "resnapshot")
+        if behaviour not in IN_PLACE_BEHAVIOURS:
+            return f"stream.schema_changes is {behaviour} for the table"
+        if not self.in_place:
+            return "the sink cannot change its tables in place"
         parsed = column_changes(statement, database)
         if parsed is None or parsed[0] != table:
             return "the statement does more than add, drop, rename or retype columns"
@@ -86,5 +99,8 @@ class StreamEvolutions(Evolutions):
         result = evolve_definition(before.schema, parsed[1], now, before.number + 1, position, statement)
         if isinstance(result, str):
             return result
+        followed = sink_versions([*recorded[:before.number + 1], result], behaviour)
+        if isinstance(followed, str):
+            return followed
         log.info("%s: applied in place as version %d of the table", table, result.number)
         return store.record_table_version(str(table), self.epochs[table], result)

@@ -118,9 +118,9 @@ class TableChangeReader:
             return
         self.versions[table] = version
         self.schemas[table] = version.schema
-        chain = self.evolutions.chain(table)
-        if version.number < chain[-1].number:
-            self.newest[table] = chain
+        sink = self.evolutions.sink_chain(table)
+        if version.number < sink[-1].number or version.schema != sink[-1].schema:
+            self.newest[table] = sink
         else:
             self.newest.pop(table, None)
         if hasattr(self, "_canon"):
@@ -256,6 +256,11 @@ class Evolutions:
 
     def chain(self, table: TableId) -> list[TableVersion]:
         """The versions of ``table`` the stream's query was set up with, numbered 0..n."""
+        raise NotImplementedError
+
+    def sink_chain(self, table: TableId) -> list[TableVersion]:
+        """The versions the table's sink goes through, one per version of ``chain`` (rows are carried up to
+        the newest of these)."""
         raise NotImplementedError
 
     def starting_version(self, table: TableId) -> TableVersion | None:

@@ -6,8 +6,10 @@ applied in place made of the one before it (``source.schema_evolution``), at the
 are decoded with their own version and then carried up to the newest one the stream knows (``upcast``), as
 the source itself carried the rows that existed when the ALTER ran: a renamed column keeps its values
 under its new name, an added column holds the value the ALTER gave the existing rows (its DEFAULT), a
-dropped column is gone, a widened column keeps its values. The sinks evolve the same way
-(``Sink.evolve_in_place``), so one rule describes the source, the stream and every sink.
+dropped column is gone, a widened column keeps its values. Under ``stream.schema_changes: evolve`` the sinks
+evolve the same way (``Sink.evolve_in_place``), so one rule describes the source, the stream and every sink;
+under ``lenient`` and ``ignore`` a sink goes through versions of its own (``sink_versions``), which the same
+rule reads.
 
 A version is recorded once, by the stream task that meets its ALTER first (``StateStore.record_table_version``),
 and never changes: every re-run of a batch, every task and every restart decodes with the same history.
@@ -16,12 +18,12 @@ and never changes: every re-run of a batch, every task and every restart decodes
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, Mapping, Sequence
 
 from airflow_cdc_provider.core.offsets import EventPosition
-from airflow_cdc_provider.source.schema import TableSchema
+from airflow_cdc_provider.source.schema import Column, TableSchema
 
 # the kinds of ``ColumnChange``
 ADD_COLUMN = "add"
@@ -141,8 +143,8 @@ def origins(versions: Sequence[TableVersion], since: int) -> dict[str, Origin]:
 
 def upcast(image: Mapping[str, Any], versions: Sequence[TableVersion], since: int) -> dict[str, Any]:
     """A row decoded under version ``since``, as the newest version holds it (see ``origins``)."""
-    if since == len(versions) - 1:
-        return dict(image)
+    if since == len(versions) - 1:  # a sink's version may hold columns the image lacks, or lack some it has
+        return {name: image.get(name) for name in versions[-1].schema.column_names}
     return {name: image.get(source) if kind == "column" else source
             for name, (kind, source) in origins(versions, since).items()}
 
@@ -154,3 +156,122 @@ def version_at(versions: Sequence[TableVersion], sort_key: tuple[int, int, int])
         if version.position is not None and version.position.sort_key <= sort_key:
             current = version
     return current
+
+
+# ``stream.schema_changes``: what an ALTER of a captured table's columns does
+SCHEMA_CHANGE_BEHAVIOURS = ("evolve", "lenient", "ignore", "resnapshot", "fail")
+
+
+def sink_versions(versions: Sequence[TableVersion], behaviour: str) -> list[TableVersion] | str:
+    """The versions a sink goes through for a table whose source went through ``versions`` (numbered 0..n),
+    under ``behaviour`` (``SCHEMA_CHANGE_BEHAVIOURS``), or why the sink cannot follow them.
+
+    evolve, resnapshot, fail: the source's own. lenient and ignore: one sink version per source version (same
+    number, position and statement) whose ``renamed`` and ``added`` lead from the sink's previous version, so
+    that ``upcast(row, sink, k)`` carries a row decoded under source version k (keyed by its columns) to the
+    sink's newest version: a sink column the row lacks is NULL in it, a column of the row the sink lacks is
+    not written.
+
+    lenient: nothing is dropped or renamed in the sink. A dropped column stays (nullable, same type). A column
+    renamed a -> b keeps its values under a, and b is a new column that is NULL in the rows that existed:
+    copying a's values into b would make every old row hold them twice, and an old row written again later
+    gets b then anyway.
+    ignore: the sink keeps version 0's columns; new columns are not written, dropped or renamed ones stay
+    (nullable). A widened column is widened in the sink all the same, as its new values would not fit.
+
+    Under both the sink's columns are names: a column the source has again under a name the sink kept (added
+    again, or renamed to it) is written to that sink column, and the rows that existed keep what it held.
+    Where its type neither holds the sink column's values nor fits in it, there is no right projection, and
+    a string says so; so does a lenient rename that differs only in case (MariaDB and Spark compare column
+    names case-insensitively: one table cannot have both)."""
+    if behaviour not in SCHEMA_CHANGE_BEHAVIOURS:
+        raise ValueError(f"unknown schema change behaviour {behaviour!r}; one of {', '.join(SCHEMA_CHANGE_BEHAVIOURS)}")
+    if behaviour not in ("lenient", "ignore") or not versions:
+        return list(versions)
+    out = [versions[0]]
+    for version in versions[1:]:
+        step = _lenient_step(out[-1], version) if behaviour == "lenient" else _ignore_step(out[-1], version)
+        if isinstance(step, str):
+            return (f"{version.table}: version {version.number} ({version.statement or 'seen in its row events'}) "
+                    f"cannot be followed under stream.schema_changes {behaviour}: {step}")
+        out.append(step)
+    return out
+
+
+def _lenient_step(before: TableVersion, version: TableVersion) -> TableVersion | str:
+    """The sink's version after ``before`` for source ``version``: the source's columns, the sink's others kept."""
+    have = {c.name: c for c in before.schema.columns}
+    present = set(version.schema.column_names)
+    columns: list[Column] = []
+    added: dict[str, Any] = {}
+    for col in version.schema.columns:
+        if col.name in have:
+            merged = _merged(have[col.name], col)
+            if isinstance(merged, str):
+                return merged
+            columns.append(merged)
+        elif col.name in version.added:
+            columns.append(col)
+            added[col.name] = version.added[col.name]
+        else:  # renamed: the rows that existed hold NULL under the new name
+            columns.append(replace(col, nullable=True))
+            added[col.name] = None
+    previous: str | None = None
+    for col in before.schema.columns:  # kept columns go back after the column they followed
+        if col.name not in present:
+            at = 0 if previous is None else [c.name for c in columns].index(previous) + 1
+            columns.insert(at, replace(col, nullable=True))
+        previous = col.name
+    seen: dict[str, str] = {}
+    for name in (c.name for c in columns):
+        if name.lower() in seen:
+            return (f"columns {seen[name.lower()]!r} and {name!r} would both be in the sink, and column names "
+                    "compare case-insensitively")
+        seen[name.lower()] = name
+    return _sink_version(version, columns, added)
+
+
+def _ignore_step(before: TableVersion, version: TableVersion) -> TableVersion | str:
+    """The sink's version after ``before`` for source ``version``: the same columns, widened where the source's
+    of the same name are wider, nullable where the source has none of that name."""
+    source = {c.name: c for c in version.schema.columns}
+    columns: list[Column] = []
+    for col in before.schema.columns:
+        if col.name not in source:
+            columns.append(replace(col, nullable=True))
+            continue
+        merged = _merged(col, source[col.name])
+        if isinstance(merged, str):
+            return merged
+        columns.append(merged)
+    return _sink_version(version, columns, {})
+
+
+def _sink_version(version: TableVersion, columns: list[Column], added: dict[str, Any]) -> TableVersion:
+    s = version.schema
+    return TableVersion(version.number, TableSchema(s.table, tuple(columns), s.primary_key, s.key_columns),
+                        version.position, version.statement, {}, added)
+
+
+def _merged(sink: Column, source: Column) -> Column | str:
+    """The sink column ``sink`` once it takes the values of the source's column ``source`` of its name: the wider
+    of the two, nullable if either is (a column the sink kept holds NULLs)."""
+    nullable = sink.nullable or source.nullable
+    if _holds(source, sink):
+        return replace(source, nullable=nullable)
+    if _holds(sink, source):
+        return replace(sink, nullable=nullable)
+    return (f"column {sink.name!r} is {sink.column_type} in the sink and {source.column_type} in the source (it was "
+            "dropped or renamed, and another column took its name): one column of the sink cannot hold both")
+
+
+def _holds(wide: Column, narrow: Column) -> bool:
+    """Whether every value of ``narrow`` is the same value of ``wide``, in the source and in the sinks (the rule
+    of the widenings applied in place)."""
+    from airflow_cdc_provider.source import schema_evolution  # it builds on this module
+
+    try:
+        schema_evolution._check_retype(replace(narrow, nullable=True), replace(wide, nullable=True), False)
+    except schema_evolution._Refused:
+        return False
+    return True

@@ -12,6 +12,8 @@ Checks, each with a message that says what to change:
 * tables: exist, are not system-versioned, have a primary key or a configured chunk key, chunk key columns exist
   and are NOT NULL, and a UNIQUE index (or the primary key) covers the chunk key: every sink keys rows by it, so
   rows with equal keys would overwrite each other;
+* per-table settings (``source.chunk_key``, ``stream.schema_changes_per_table``) name captured tables: a typo
+  there would silently leave the table with the default;
 * columns: every one has a sink type (``sinks/types.py``: VECTOR, MySQL's binary JSON and unknown types have
   none), and the binlog decoders read it as SELECT does: not COMPRESSED, a character set with an exact codec
   (``values.CHARSET_CODECS``) and a collation the binlog library knows, ENUM/SET members that are the same in
@@ -36,8 +38,10 @@ from airflow_cdc_provider.source.schema import (
     Column,
     TableConfigError,
     TableSchema,
+    compile_pattern,
     discover,
     enum_values,
+    is_exact,
     list_tables,
     load_schema,
 )
@@ -272,16 +276,40 @@ def _decoding_problem(table: TableId, col: Column, info: ServerInfo) -> str | No
     return None
 
 
+def check_table_keys(keys: Collection[str], setting: str, captured: Sequence[str]) -> list[str]:
+    """The keys of a per-table setting, table patterns as in ``source.tables``, that name or match none of the
+    ``captured`` tables: a typo would leave the table with the default without a word."""
+    import difflib
+
+    problems = []
+    for key in keys:
+        if is_exact(key):
+            if key in captured:
+                continue
+            problem = f"names table {key!r}, which is not among the captured tables"
+        else:
+            rx = compile_pattern(key)
+            if any(rx.fullmatch(t) for t in captured):
+                continue
+            problem = f"pattern {key!r} matches none of the captured tables"
+        hint = difflib.get_close_matches(key, captured, n=1)
+        problems.append(f"{setting}[{key!r}]: {problem}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                        + "; check source.tables")
+    return problems
+
+
 def validate_source(
     conn: Any,
     table_patterns: Sequence[str],
     chunk_keys: Mapping[str, Any] | None = None,
     source: str = "source",
     captured_before: Collection[str] = (),
+    schema_changes_per_table: Mapping[str, Any] | None = None,
 ) -> ValidationResult:
     """Run every check; raise ``SourceValidationError`` listing all problems, or return the table schemas.
     A table named exactly that is missing is a problem unless the pipeline captured it before
-    (``captured_before``): it was dropped or renamed, and is listed as ``gone``."""
+    (``captured_before``): it was dropped or renamed, and is listed as ``gone``. ``schema_changes_per_table``:
+    the pipeline's ``stream.schema_changes_per_table``, whose keys must each name or match a captured table."""
     chunk_keys = chunk_keys or {}
     info = server_info(conn)
     problems = check_binlog_settings(conn, info) + check_privileges(conn, info)
@@ -289,6 +317,7 @@ def validate_source(
     tables: list[TableId] = []
     gone: list[str] = []
     existing = {str(t) for t in list_tables(conn)} if captured_before else set()
+    discovered = True
     for pattern in table_patterns:  # one pattern at a time, so one typo does not hide the other problems
         if pattern in captured_before and pattern not in existing:
             gone.append(pattern)
@@ -297,6 +326,10 @@ def validate_source(
             tables += [t for t in discover(conn, [pattern]) if t not in tables]
         except TableConfigError as exc:
             problems.append(str(exc))
+            discovered = False
+    if discovered:  # else the captured tables are not all known, and keys would be judged against some of them
+        problems += check_table_keys(schema_changes_per_table or {}, "stream.schema_changes_per_table",
+                                     [str(t) for t in tables] + gone)
     for table in tables:
         try:
             schema = load_schema(conn, table, chunk_keys.get(str(table)))

@@ -152,6 +152,7 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from airflow_cdc_provider.core.chunks import TableId
         from airflow_cdc_provider.core.emit_filter import build_emit_filter
         from airflow_cdc_provider.pipeline.stream_evolutions import StreamEvolutions
+        from airflow_cdc_provider.sinks.registry import sink_class
         from airflow_cdc_provider.sinks.types import TableSinkTypes
         from airflow_cdc_provider.source.key_order import DatabaseKeyOrder
         from airflow_cdc_provider.source.table_versions import TableVersion
@@ -160,11 +161,15 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.conn = pymysql.connect(**self.settings.pymysql_kwargs())
         # the driver's definitions, the same in every task (never this process's own look at the source)
         chains = {d["table"]: [TableVersion.from_dict(v) for v in d["versions"]] for d in self.definitions}
+        sinks = {d["table"]: [TableVersion.from_dict(v) for v in d.get("sink_versions") or d["versions"]]
+                 for d in self.definitions}
         self.schemas = {TableId.parse(t): c[-1].schema for t, c in chains.items()}
-        self.types = {TableId.parse(t): TableSinkTypes.of(c[-1].schema, c[-1].number) for t, c in chains.items()}
-        self.evolutions = StreamEvolutions(chains, {d["table"]: d.get("epoch", 0) for d in self.definitions},
-                                           self.spec.state_path, partial(pymysql.connect, **self.settings.pymysql_kwargs()),
-                                           may_record=self._evolves_in_place())
+        self.types = {TableId.parse(t): TableSinkTypes.of(c[-1].schema, c[-1].number) for t, c in sinks.items()}
+        self.evolutions = StreamEvolutions(
+            chains, {d["table"]: d.get("epoch", 0) for d in self.definitions}, self.spec.state_path,
+            partial(pymysql.connect, **self.settings.pymysql_kwargs()),
+            {t: self.spec.stream.schema_changes_for(t) for t in chains},
+            in_place=sink_class(self.spec.sink.type).evolves_in_place, sinks=sinks)
         self.orders = {t: DatabaseKeyOrder(self.conn, s) for t, s in self.schemas.items()}
         store = StateStore(self.spec.state_path)
         self.seed = store.read_seed()
@@ -185,12 +190,6 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.filter = build_emit_filter(ranges, orders)
         self.store = store
         self._ready = True
-
-    def _evolves_in_place(self) -> bool:
-        """Whether an ALTER of columns is applied in place: the pipeline's behaviour says so and its sink can."""
-        from airflow_cdc_provider.sinks.registry import sink_class
-
-        return self.spec.stream.schema_changes == "evolve" and sink_class(self.spec.sink.type).evolves_in_place
 
     def _server_offset(self) -> dict[str, Any]:
         from airflow_cdc_provider.source.server import current_offset
@@ -345,13 +344,14 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _emit(self, records: list) -> list[tuple]:
         """The rows of the records the emit filter passes, and of every schema change (the reader already left
-        out what a table's snapshot covers). Under ``stream.schema_changes: fail`` a schema change fails the
-        task, so the batch writes nothing."""
+        out what a table's snapshot covers). A schema change of a table whose ``stream.schema_changes`` is
+        ``fail`` fails the task, so the batch writes nothing."""
         from airflow_cdc_provider.core.keys import Key
         from airflow_cdc_provider.core.schema_changes import EVOLVE, SchemaChange
 
-        changes = [r for r in records if isinstance(r, SchemaChange) and r.kind != EVOLVE]
-        if changes and self.spec.stream.schema_changes == "fail":
+        changes = [r for r in records if isinstance(r, SchemaChange) and r.kind != EVOLVE
+                   and self.spec.stream.schema_changes_for(str(r.table)) == "fail"]
+        if changes:
             raise SchemaChangeStop(changes[0])
         need: dict[Any, list[Key]] = {}
         for rec in records:
@@ -376,11 +376,12 @@ class SchemaChangeStop(RuntimeError):
             f"schema change of {table} at {change.position.file}:{change.position.pos} ({change.detail or change.kind}): "
             f"{change.statement or '(seen in its row events)'}; stream.schema_changes is fail, so the stream stopped "
             f"before it and wrote nothing of this batch. To go on: "
-            + ("the table is gone: remove it from source.tables, or set stream.schema_changes: resnapshot (the drop "
-               "is then applied)" if change.kind == "drop" else
+            + ("the table is gone: remove it from source.tables, or set its stream.schema_changes (or "
+               f"stream.schema_changes_per_table['{table}']) to resnapshot (the drop is then applied)"
+               if change.kind == "drop" else
                f"re-snapshot the table (airflow dags trigger <dag_id> -c '{{\"resnapshot\": [\"{table}\"]}}') - its "
-               f"new snapshot starts after the change, so the stream passes it - or set stream.schema_changes: "
-               f"resnapshot"))
+               f"new snapshot starts after the change, so the stream passes it - or set its stream.schema_changes (or "
+               f"stream.schema_changes_per_table['{table}']) to evolve or resnapshot"))
 
 
 class BinlogSource(DataSource):

@@ -38,6 +38,7 @@ from airflow_cdc_provider.sinks.registry import open_sink
 from airflow_cdc_provider.sinks.types import TableSinkTypes
 from airflow_cdc_provider.source.connection import connect
 from airflow_cdc_provider.source.binlog import DefinitionsChanged
+from airflow_cdc_provider.source.table_versions import sink_versions
 from airflow_cdc_provider.spark.binlog_source import image_column, register_source, source_schema
 from airflow_cdc_provider.spark.session import default_parallelism, is_connect
 from airflow_cdc_provider.state.records import ReloadRequest, StreamStatus
@@ -262,13 +263,14 @@ class StreamJob:
         settings = spec.source_settings(secrets)
         with contextlib.closing(connect(settings)) as conn:
             self.versions = stream_versions(conn, self.store, spec.tables, self.epochs)
-        # the newest version of each table: the rows of older ones are carried up to it (``source.table_versions``)
-        self.types = {t: TableSinkTypes.of(v[-1].schema, v[-1].number) for t, v in self.versions.items()}
+        self.sink_versions = {t: followed_by_sink(v, spec.stream.schema_changes_for(t)) for t, v in self.versions.items()}
+        # the sink's newest version of each table: rows of older ones are carried up to it (``source.table_versions``)
+        self.types = {t: TableSinkTypes.of(v[-1].schema, v[-1].number) for t, v in self.sink_versions.items()}
         self.order = sorted(self.types)  # table i's rows carry their values in the source's image_<i>
         for table, types in self.types.items():
             sink.prepare(types)
-            if len(self.versions[table]) > 1 and sink.evolves_in_place:
-                sink.evolve_in_place(self.versions[table])
+            if len(self.sink_versions[table]) > 1 and sink.evolves_in_place:
+                sink.evolve_in_place(self.sink_versions[table])
         self.restart = False  # the query stopped at a table's new version: another starts with it
         self.writer = BatchWriter(spec, secrets, self.types, {t: image_column(i) for i, t in enumerate(self.order)},
                                   publish=self.connect, carried=carried)
@@ -345,7 +347,8 @@ class StreamJob:
         df = (self.spark.readStream.format("airflow_cdc_binlog").schema(schema).option("spec", self.spec.to_json())
               .option("partitions", str(default_parallelism(self.spark)))
               .option("definitions", json.dumps([{"table": t, "epoch": self.epochs.get(t, 0),
-                                                   "versions": [v.to_dict() for v in self.versions[t]]}
+                                                   "versions": [v.to_dict() for v in self.versions[t]],
+                                                   "sink_versions": [v.to_dict() for v in self.sink_versions[t]]}
                                                   for t in self.order]))
               .option("schema", schema).load())
         writer = df.writeStream.foreachBatch(self.writer).option("checkpointLocation", self.store.checkpoint_location)
@@ -408,6 +411,17 @@ class StreamJob:
             totals = self.totals()
             log.info("stream %s: %d batches, %d rows emitted", state, totals["batches"], totals["rows_emitted"])
         return 0
+
+
+def followed_by_sink(versions: list, behaviour: str) -> list:
+    """The versions the sink goes through under ``behaviour`` (``sink_versions``). The stream records a version
+    only if the sink can follow it, so a refusal here means the table's behaviour changed since: say how on."""
+    followed = sink_versions(versions, behaviour)
+    if isinstance(followed, str):
+        raise RuntimeError(f"{followed}; the table's stream.schema_changes changed after its columns changed in "
+                           "place: set it back, or re-snapshot the table (airflow-cdc resnapshot <config> --table "
+                           f"{versions[0].table})")
+    return followed
 
 
 def _marked_line(error: str) -> str:

@@ -44,6 +44,7 @@ class TableVerdict:
     extra_columns: list[str] = field(default_factory=list)
     sink_version: int | None = None
     stream_version: int | None = None
+    kept_apart: dict[str, list[str]] = field(default_factory=dict)  # columns left out, as the behaviour keeps them
 
     @property
     def equal(self) -> bool:
@@ -61,6 +62,7 @@ class TableVerdict:
         return {"table": self.table, "equal": self.equal, "source_rows": self.source_rows, "sink_rows": self.sink_rows,
                 "missing_columns": self.missing_columns, "extra_columns": self.extra_columns,
                 "sink_version": self.sink_version, "stream_version": self.stream_version,
+                "columns_not_compared": self.kept_apart,
                 "differing_chunks": [c.__dict__ for c in self.chunks if c.differing],
                 "chunks": len(self.chunks), "first_differences": self.first_differences}
 
@@ -75,22 +77,29 @@ def _row_hash(df, columns: Sequence[str]):
 
 def verify_table(spark, settings: ConnectionSettings, sink, types: TableSinkTypes,
                  ranges: Sequence[tuple[Key | None, Key | None]], max_differences: int = 10,
-                 stream_version: int | None = None) -> TableVerdict:
+                 stream_version: int | None = None, behaviour: str = "evolve") -> TableVerdict:
     """Source vs sink. A sink table whose columns are not the source's is different without comparing rows: a
-    column the sink lacks is a difference, whatever the rows hold."""
-    from pyspark.sql import functions as F
+    column the sink lacks is a difference, whatever the rows hold. Unless the table's ``stream.schema_changes``
+    keeps them so: ``lenient`` keeps columns the source dropped or renamed (extra columns), ``ignore`` the
+    sink's columns as they were (extra and missing ones); the rows are then compared on the columns both have."""
+    from dataclasses import replace
 
     schema = types.schema
     held = sink.definition(str(schema.table))
-    if held is not None and list(held.columns) != schema.column_names:
+    missing = extra = []
+    if held is not None:
         missing = [c for c in schema.column_names if c not in held.columns]
         extra = [c for c in held.columns if c not in schema.column_names]
-        if missing or extra:
+        if (missing and behaviour != "ignore") or (extra and behaviour not in ("lenient", "ignore")):
             return TableVerdict(str(schema.table), [], missing_columns=missing, extra_columns=extra,
                                 sink_version=held.version, stream_version=stream_version)
+    if missing:
+        kept = tuple(c for c in schema.columns if c.name not in missing)
+        types = TableSinkTypes.of(replace(schema, columns=kept), types.version)
     verdict = _compare_rows(spark, settings, sink, types, ranges, max_differences)
     verdict.sink_version = held.version if held is not None else None
     verdict.stream_version = stream_version
+    verdict.kept_apart = {"missing": missing, "extra": extra} if missing or extra else {}
     return verdict
 
 

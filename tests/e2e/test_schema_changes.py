@@ -162,31 +162,6 @@ def held_rows(p, postgres, source_db, sink_type):
         return {(r[0],): tuple(r) for r in cur.fetchall()}
 
 
-def test_gh_ost_swap_is_one_change_of_the_table_and_no_row_of_the_copy(source_db, tmp_path, spark, postgres):
-    db = source_db
-    make_tables(db)
-    p = make_pipeline(db, tmp_path, postgres, "jdbc")
-    snapshot_all(p)
-    # gh-ost: a shadow table altered and filled, changes of the original applied to it, then one atomic swap
-    db.execute("CREATE TABLE _t_gho LIKE t")
-    db.execute("ALTER TABLE _t_gho ADD COLUMN c INT NOT NULL DEFAULT 0")
-    db.execute("CREATE TABLE _t_ghc (id BIGINT AUTO_INCREMENT PRIMARY KEY, hint VARCHAR(64))")
-    db.execute("INSERT INTO _t_gho (id, name, qty) SELECT id, name, qty FROM t")
-    db.execute("UPDATE t SET qty = 77 WHERE id = 5")
-    db.execute("UPDATE _t_gho SET qty = 77 WHERE id = 5")
-    db.execute("CREATE TABLE _t_del (id INT AUTO_INCREMENT PRIMARY KEY) COMMENT='ghost-cut-over-sentry'")
-    db.execute("DROP TABLE IF EXISTS _t_del")
-    db.execute("RENAME TABLE t TO _t_del, _t_gho TO t")
-    db.execute("DROP TABLE IF EXISTS _t_del")
-    db.execute("UPDATE t SET c = 9 WHERE id = 6")
-    p.stream()
-    changes = [(c.kind, c.table.table) for c in p.state.schema_changes()]
-    assert changes == [("resync", "t")], changes
-    resnapshot(p, db, tmp_path, postgres, "jdbc")
-    p.stream()
-    assert_sink_equals_source(p, spark, postgres, db, "jdbc", "t")
-
-
 def test_fail_stops_before_the_change_with_nothing_written_then_resumes_after_a_resnapshot(
         source_db, tmp_path, spark, postgres):
     db = source_db

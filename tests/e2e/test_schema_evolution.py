@@ -136,3 +136,55 @@ def test_alters_while_a_continuous_stream_runs_beside_a_writer(source_db, tmp_pa
     assert pending_resyncs(p.state) == {}
     assert_sink_equals_source(p, spark, postgres, db, sink_type, "t")
     assert source_rows(db, "t")[(7,)][2] >= 6000000000
+
+
+def test_lenient_and_ignore_keep_the_sinks_columns_table_by_table(source_db, tmp_path, spark, postgres):
+    """One pipeline, one behaviour per table (``schema_changes_per_table``): ``t`` lenient, ``u`` ignore, ``v``
+    the pipeline's evolve; the same ALTER on each. The mirrors are read with plain SQL."""
+    db = source_db
+    for name in ("t", "u", "v"):
+        db.execute(f"CREATE TABLE {name} (id INT PRIMARY KEY, name VARCHAR(20), qty INT, gone INT)")
+        db.executemany(f"INSERT INTO {name} VALUES (%s, %s, %s, %s)", [(i, f"n{i}", i, i) for i in range(1, 51)])
+    p = make_pipeline(db, tmp_path, postgres, "jdbc", tables=("t", "u", "v"))
+    snapshot_all(p)
+    for name in ("t", "u", "v"):
+        db.execute(f"ALTER TABLE {name} ADD COLUMN c INT NOT NULL DEFAULT 5, CHANGE name title VARCHAR(20), "
+                   "DROP COLUMN gone, MODIFY qty BIGINT")
+        db.execute(f"UPDATE {name} SET title = 'new', qty = 5000000000, c = 6 WHERE id = 1")
+        db.execute(f"INSERT INTO {name} VALUES (100, 'x', 7, 8)")
+    per_table = {db.table("t"): "lenient", db.table("u"): "ignore"}
+    p.stream(schema_changes_per_table=per_table)
+    assert evolved(p) == [("evolve", "t"), ("evolve", "u"), ("evolve", "v")]
+
+    def mirror(name):
+        with postgres.connect() as conn, conn.cursor() as cur:
+            cur.execute(f'SELECT * FROM "s_{db.name}"."{db.name}__{name}" WHERE NOT _cdc_deleted ORDER BY id')
+            names = [d[0] for d in cur.description]
+            keep = [i for i, n in enumerate(names) if not n.startswith("_cdc_")]
+            return [names[i] for i in keep], {r[0]: tuple(r[i] for i in keep) for r in cur.fetchall()}
+
+    # lenient: the dropped and the renamed-away columns stay (NULL in rows written since), the new name is new
+    columns, rows = mirror("t")
+    assert sorted(columns) == sorted(["id", "name", "title", "qty", "gone", "c"])
+    at = {n: columns.index(n) for n in columns}
+    pick = lambda row: tuple(row[at[n]] for n in ("id", "name", "title", "qty", "gone", "c"))  # noqa: E731
+    assert pick(rows[1]) == (1, None, "new", 5000000000, None, 6)
+    assert pick(rows[2]) == (2, "n2", None, 2, 2, 5)
+    assert pick(rows[100]) == (100, None, "x", 7, None, 8)
+    # ignore: the mirror keeps its columns; the widening is applied, nothing is added or renamed
+    columns, rows = mirror("u")
+    assert sorted(columns) == sorted(["id", "name", "qty", "gone"])
+    at = {n: columns.index(n) for n in columns}
+    pick = lambda row: tuple(row[at[n]] for n in ("id", "name", "qty", "gone"))  # noqa: E731
+    assert (pick(rows[1]), pick(rows[2]), pick(rows[100])) == (
+        (1, None, 5000000000, None), (2, "n2", 2, 2), (100, None, 7, None))
+    # evolve: the source's columns exactly
+    assert_sink_equals_source(p, spark, postgres, db, "jdbc", "v")
+    # verify compares what each behaviour keeps comparable, and says what it left out
+    sink = open_sink(p.sink, p.secrets, spark)
+    lenient = verify_table(spark, db.settings, sink, table_types(db, "t"), [(None, None)], behaviour="lenient")
+    ignored = verify_table(spark, db.settings, sink, table_types(db, "u"), [(None, None)], behaviour="ignore")
+    assert not lenient.equal  # rows written before the rename have no title in the sink
+    assert lenient.kept_apart == {"missing": [], "extra": ["name", "gone"]}
+    assert ignored.equal and ignored.kept_apart == {"missing": ["title", "c"], "extra": ["name", "gone"]}
+    assert not verify_table(spark, db.settings, sink, table_types(db, "u"), [(None, None)]).equal

@@ -1,16 +1,25 @@
 import json
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import jsonschema
 import pytest
 import yaml
 
-from airflow_cdc_provider.pipeline.config import ConfigError, load_config, pipeline_json_schema
+from airflow_cdc_provider.pipeline.config import (
+    ConfigError,
+    SchemaChanges,
+    StreamConfig,
+    load_config,
+    pipeline_json_schema,
+)
 from airflow_cdc_provider.sinks.parquet import ParquetSinkSettings
 from airflow_cdc_provider.sinks.postgres import JdbcSinkSettings
 from airflow_cdc_provider.source.settings import ConnectionConfigError, ConnectionSettings
+from airflow_cdc_provider.source.table_versions import SCHEMA_CHANGE_BEHAVIOURS
+from airflow_cdc_provider.source.validation import check_table_keys
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_FILE = ROOT / "docs" / "pipeline.schema.json"
@@ -80,7 +89,24 @@ def test_errors_name_file_and_key(tmp_path, text, expected):
          "pipe.yaml: stream.startup: must be initial"),
         (GOOD + "stream: {startup: sometimes}\n", "pipe.yaml: stream.startup: must be initial"),
         (GOOD + "spark: {deploy_mode: cluser}\n",
-         "pipe.yaml: spark.deploy_mode: 'cluser' is not allowed (allowed: client, cluster)"),
+         "pipe.yaml: spark.deploy_mode: 'cluser' is not allowed (did you mean 'cluster'? allowed: client, cluster)"),
+        (GOOD + "stream: {schema_changes: lenent}\n",
+         "pipe.yaml: stream.schema_changes: 'lenent' is not allowed (did you mean 'lenient'? allowed: evolve, lenient, "
+         "ignore, resnapshot, fail)"),
+        (GOOD + "stream: {schema_changes_per_table: {shop.orders: ignor}}\n",
+         "pipe.yaml: stream.schema_changes_per_table['shop.orders']: 'ignor' is not allowed (did you mean 'ignore'? "
+         "allowed: evolve, lenient, ignore, resnapshot, fail)"),
+        (GOOD + "stream: {schema_changes_per_table: {shop: ignore}}\n",
+         "pipe.yaml: stream.schema_changes_per_table: key 'shop' must be a table 'db.table', a glob 'db.order_*' or a "
+         "regular expression"),
+        (GOOD + "stream: {schema_changes_per_table: {'re:shop_(': ignore}}\n",
+         "pipe.yaml: stream.schema_changes_per_table: key 're:shop_(' is not a valid regular expression: missing )"),
+        (GOOD + "stream: {schema_changes_per_table: {'shop.[z-a]': ignore}}\n",
+         "pipe.yaml: stream.schema_changes_per_table: key 'shop.[z-a]' is not a valid glob: bad character range"),
+        (GOOD + "stream: {schema_changes_per_table: [shop.orders]}\n",
+         "pipe.yaml: stream.schema_changes_per_table: must be a mapping, got list ['shop.orders']"),
+        (GOOD + "stream: {schema_change: ignore}\n",
+         "pipe.yaml: stream.schema_change: unknown key (did you mean 'schema_changes'?"),
         (GOOD + "spark: {jars: [a.jar, 1]}\n",
          "pipe.yaml: spark.jars: must be a string or a list of strings, got list"),
         (GOOD.replace("[shop.orders]", "[shop.orders, '']"), "pipe.yaml: source.tables[1]: must be a non-empty string"),
@@ -142,6 +168,39 @@ def test_json_schema_accepts_the_example_pipelines(example):
     load_config(example)
 
 
+def test_schema_changes_per_table_first_matching_pattern_wins(tmp_path):
+    assert load_config(write(tmp_path, GOOD)).stream.schema_changes_for("shop.orders") == "evolve"
+    cfg = load_config(write(tmp_path, GOOD + "stream:\n  schema_changes: resnapshot\n  schema_changes_per_table:\n"
+                                              "    shop.orders: ignore\n    'shop.order*': fail\n"
+                                              "    're:shop\\.(audit|log)_\\d+': lenient\n    'shop.*': evolve\n"))
+    stream = cfg.stream
+    assert list(stream.schema_changes_per_table) == ["shop.orders", "shop.order*", "re:shop\\.(audit|log)_\\d+",
+                                                      "shop.*"]
+    assert stream.schema_changes_for("shop.orders") == "ignore"
+    assert stream.schema_changes_for("shop.order_lines") == "fail"
+    assert stream.schema_changes_for("shop.audit_7") == "lenient"
+    assert stream.schema_changes_for("shop.audit_x") == "evolve"
+    assert stream.schema_changes_for("crm.orders") == "resnapshot"  # no key matches: stream.schema_changes
+    # the Spark jobs get it through the job spec (JSON)
+    assert StreamConfig.from_dict(json.loads(json.dumps(stream.to_dict()))) == stream
+    assert typing.get_args(SchemaChanges) == SCHEMA_CHANGE_BEHAVIOURS  # what sink_versions knows
+
+
+def test_schema_changes_per_table_keys_must_name_captured_tables():
+    captured = ["shop.orders", "shop.order_lines", "shop.audit_1"]
+    keys = ["shop.orders", "shop.ordrs", "shop.audit_*", "re:shop\\.order.*", "shop.log_*", "re:crm\\..*", "crm.users"]
+    assert check_table_keys(keys, "stream.schema_changes_per_table", captured) == [
+        "stream.schema_changes_per_table['shop.ordrs']: names table 'shop.ordrs', which is not among the captured "
+        "tables (did you mean 'shop.orders'?); check source.tables",
+        "stream.schema_changes_per_table['shop.log_*']: pattern 'shop.log_*' matches none of the captured tables; "
+        "check source.tables",
+        "stream.schema_changes_per_table['re:crm\\\\..*']: pattern 're:crm\\\\..*' matches none of the captured "
+        "tables; check source.tables",
+        "stream.schema_changes_per_table['crm.users']: names table 'crm.users', which is not among the captured "
+        "tables; check source.tables",
+    ]
+
+
 def test_json_schema_is_as_strict_as_the_loader():
     validator = jsonschema.Draft202012Validator(pipeline_json_schema())
     source = {"conn_id": "shop", "tables": ["shop.orders"]}
@@ -152,6 +211,10 @@ def test_json_schema_is_as_strict_as_the_loader():
     assert not validator.is_valid({"source": source, "snapshot": {"chunk_sise": 5}})
     assert not validator.is_valid({"source": source, "stream": {"startup": {"file": "x", "gtid": "0-1-5"}}})
     assert not validator.is_valid({"snapshot": {}})
+    assert validator.is_valid({"source": source, "stream": {"schema_changes": "lenient",
+                                                            "schema_changes_per_table": {"shop.*": "ignore"}}})
+    assert not validator.is_valid({"source": source, "stream": {"schema_changes": "lenent"}})
+    assert not validator.is_valid({"source": source, "stream": {"schema_changes_per_table": {"shop.*": "drop"}}})
 
 
 def test_the_spark_side_does_not_import_pydantic():
