@@ -4,6 +4,7 @@
                         [--latency-seconds 60] [--memory-changes 1000000]
                         [--only snapshot,tables,catchup,latency,memory] [--sinks parquet,jdbc,delta]
                         [--only chameleon --chameleon-rows 1000000]   (pg_chameleon side by side: bench/chameleon.py)
+                        [--only alters --alter-changes 100000 --alter-every 10000]   (ALTERs: bench/alters.py)
 
 Everything runs on this machine: a private MariaDB (binlog ROW/FULL) with sysbench tables, a private
 PostgreSQL for the JDBC sink, Airflow (SQLite) running the real generated DAG with ``dag.test()``, and Spark
@@ -36,7 +37,12 @@ PostgreSQL for the JDBC sink, Airflow (SQLite) running the real generated DAG wi
   where the snapshot's window work went (the chunk jobs' window lines: read and staged, then the sink's
   write: for the delta sink the data files written from the staged rows and their commit, or a MERGE), and
   the peak RSS of the Spark driver's JVM and of its Python driver process (where delta-rs runs) in both
-  sinks' runs, with how much it grows from the smallest to the largest snapshot (``FLAT_IN_ROWS``).
+  sinks' runs, with how much it grows from the smallest to the largest snapshot (``FLAT_IN_ROWS``);
+* alters (``--only alters``, not in the default set: ~4-5 minutes at its default size): the catch-up of a binlog
+  with an ALTER TABLE the stream applies in place every ``--alter-every`` row changes vs the same number of
+  changes with no DDL, on one table, parquet and jdbc sinks; where the ALTERs' time goes (failed batch
+  attempts, query restarts, the written batch), the state store's records and each sink against MariaDB at the
+  end (``bench/alters.py``).
 
 Our spark-submits map the JVM class archives of their jobs (``airflow_cdc_provider.spark.launch.class_archive``), which
 the first job of each kind on a machine dumps. The bench keeps them in its work directory and dumps them
@@ -90,6 +96,7 @@ from airflow_cdc_provider.testing.postgres import PrivatePostgres  # noqa: E402
 from airflow_cdc_provider.testing.spark import spark_env, spark_submit_binary  # noqa: E402
 from airflow_cdc_provider.testing.spark_connect import PrivateSparkConnect  # noqa: E402
 from airflow_cdc_provider.testing.sysbench import sysbench  # noqa: E402
+from alters import alters_vs_plain  # noqa: E402
 from chameleon import side_by_side as chameleon_side_by_side  # noqa: E402
 
 CLI = str(Path(sys.executable).with_name("airflow-cdc"))
@@ -654,6 +661,10 @@ def main() -> int:
     ap.add_argument("--chameleon-rows", default="1000000",
                     help="table sizes of --only chameleon, comma separated (not in the default --only: it installs "
                          "pg_chameleon from the package index, and takes minutes a size)")
+    ap.add_argument("--alter-changes", type=int, default=100_000,
+                    help="row changes of --only alters: the catch-up with an ALTER every --alter-every changes vs the "
+                         "same with no DDL (not in the default --only)")
+    ap.add_argument("--alter-every", type=int, default=10_000, help="row changes between two ALTERs of --only alters")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     args = ap.parse_args()
     only = set(args.only.split(","))
@@ -717,6 +728,8 @@ def main() -> int:
             if "chameleon" in only:
                 for rows in (int(x) for x in args.chameleon_rows.split(",") if x):
                     chameleon_side_by_side(bench, rows, args.changes)
+            if "alters" in only:
+                alters_vs_plain(bench, args.alter_changes, args.alter_every, [x for x in sinks if x != "delta"])
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -45,13 +45,23 @@ class StreamEvolutions(Evolutions):
         self.state_path = state_path
         self.connect = connect  # () -> a pymysql connection to the source
         self.start: tuple[int, int, int] | None = None
+        self.scan = None  # (table, until) -> None: reads the statements from the batch's start to ``until``
 
-    def reading_from(self, start: tuple[int, int, int]) -> "StreamEvolutions":
-        """This, for a read that starts at binlog position ``start``."""
+    def reading_from(self, start: tuple[int, int, int], scan=None) -> "StreamEvolutions":
+        """This, for a read that starts at binlog position ``start``; ``scan`` records the versions of the
+        batch's earlier part (``settle``)."""
         view = StreamEvolutions.__new__(StreamEvolutions)
         view.__dict__.update(self.__dict__)
-        view.start = start
+        view.start, view.scan = start, scan
         return view
+
+    def settle(self, table: TableId, until: EventPosition) -> None:
+        if self.scan is not None:
+            self.scan(table, until)
+
+    def recorded_at(self, table: TableId, position: EventPosition) -> TableVersion | None:
+        recorded = StateStore(self.state_path).table_versions(str(table), self.epochs[table])
+        return version_at(recorded, position.sort_key) if recorded else None
 
     def chain(self, table: TableId) -> list[TableVersion]:
         return self.chains[table]

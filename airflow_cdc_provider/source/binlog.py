@@ -40,7 +40,7 @@ from airflow_cdc_provider.source.row_decoder import RowDecoder
 from airflow_cdc_provider.source.schema import TableSchema
 from airflow_cdc_provider.source.settings import ConnectionSettings
 from airflow_cdc_provider.source.table_definition import definition_difference
-from airflow_cdc_provider.source.table_versions import TableVersion, upcast
+from airflow_cdc_provider.source.table_versions import TableVersion, origins
 from airflow_cdc_provider.source.values import RowCanonicalizer
 
 _DATABASE_WORDS = re.compile(r"\b(DATABASE|SCHEMA)\b", re.IGNORECASE)
@@ -75,10 +75,19 @@ class TableChangeReader:
 
     def __init__(self, schemas: Mapping[TableId, TableSchema], compiled: bool = True,
                  covered_through: Mapping[TableId, tuple[int, int, int]] | None = None,
-                 held: Iterable[TableId] = (), evolutions: "Evolutions | None" = None) -> None:
+                 held: Iterable[TableId] = (), evolutions: "Evolutions | None" = None,
+                 confirmed: Iterable[TableId] | None = None, rows: bool = True) -> None:
         self.schemas = dict(schemas)
         self.evolutions = evolutions
+        # tables whose version in force is known to be right: all where the read starts at a batch's start (every
+        # version before it is recorded); elsewhere, once a TABLE_MAP matched it or the read switched it itself
+        self.confirmed = set(self.schemas) if confirmed is None else set(confirmed)
+        self.rows = rows  # False: statements only (a scan that records the versions before a segment)
         self.versions: dict[TableId, TableVersion] = {}  # the version each table is decoded with, when evolving
+        self._origins: dict[tuple, list] = {}  # (table, version, chain length) -> origins of the newest columns
+        # versions this read recorded: its rows cannot be written with the query's definitions, so from the first
+        # on no row is decoded, only statements (each ALTER met is recorded), and the read ends in DefinitionsChanged
+        self.recorded: list[DefinitionsChanged] = []
         self.newest: dict[TableId, list[TableVersion]] = {}  # tables decoded with an older version than the newest
         if evolutions is not None:
             for t, s in self.schemas.items():
@@ -107,7 +116,10 @@ class TableChangeReader:
         difference = None if table_map is None else definition_difference(table_map.columns, self.schemas[table])
         self._definitions[table_id] = (table_map, difference)
         if difference is None:
+            self.confirmed.add(table)
             return True, None
+        if self._caught_up(table, table_map, EventPosition(file, start, 0)):
+            return False, None
         self.held.add(table)
         return False, SchemaChange(RESYNC, table, "", f"its row events have another definition than the one read: {difference}"
                                    ).at(EventPosition(file, start, 0))
@@ -128,18 +140,49 @@ class TableChangeReader:
             self._decoders.clear()
             self._definitions.clear()
 
+    def _caught_up(self, table: TableId, table_map: Any, here: EventPosition) -> bool:
+        """A TABLE_MAP of another definition where the read started inside a batch: an ALTER of the batch's
+        earlier part may explain it. Its versions are recorded (``Evolutions.settle``); when the version in force
+        here then describes the TABLE_MAP, the read goes on with it (and, the query not knowing it, ends in
+        ``DefinitionsChanged``). Otherwise the difference is a resync, as anywhere."""
+        if self.evolutions is None or table in self.confirmed or table not in self.versions:
+            return False
+        self.evolutions.settle(table, here)
+        self.confirmed.add(table)
+        version = self.evolutions.recorded_at(table, here)
+        if version is None or version.number <= self.versions[table].number or definition_difference(
+                table_map.columns, version.schema) is not None:
+            return False
+        change = SchemaChange(EVOLVE, table, version.statement, "recorded before this segment", version.position)
+        self.recorded.append(DefinitionsChanged(table, change, version))
+        self._use_version(table, version)
+        return True
+
+    @property
+    def skips_rows(self) -> bool:
+        """Whether row events are skipped unread: this read recorded a version (see ``recorded``)."""
+        return bool(self.recorded) or not self.rows
+
     def _evolved(self, change: SchemaChange, database: str | None) -> SchemaChange:
         """A column change applied in place (the evolutions know its version: the table switches to it), or
-        the resync as it was (the change cannot be applied in place). A version not known yet is recorded, and
-        ``DefinitionsChanged`` stops the read: the query starts again with it."""
+        the resync as it was (the change cannot be applied in place). A version not known yet is recorded (see
+        ``recorded``): the query starts again with it."""
         table = change.table
         known = self.evolutions.known(table, change.position)
         if known is not None:
             self._use_version(table, known)
+            self.confirmed.add(table)
             return SchemaChange(EVOLVE, table, change.statement, change.detail, change.position)
+        if table not in self.confirmed:
+            # the read started inside a batch whose earlier part may hold ALTERs of the table no one recorded
+            # yet: those are recorded first, in order, so this one is built on the version really before it
+            self.evolutions.settle(table, change.position)
+            self.confirmed.add(table)
         recorded = self.evolutions.record(table, change.statement, database, change.position, self.versions[table])
         if isinstance(recorded, TableVersion):
-            raise DefinitionsChanged(table, change, recorded)
+            self.recorded.append(DefinitionsChanged(table, change, recorded))
+            self.versions[table] = recorded
+            return SchemaChange(EVOLVE, table, change.statement, change.detail, change.position)
         return SchemaChange(RESYNC, table, change.statement, f"{change.detail}; not applied in place: {recorded}",
                             change.position)
 
@@ -189,8 +232,14 @@ class TableChangeReader:
         if chain is None:
             return rows
         since = self.versions[table].number
-        return [{k: (None if v is None else upcast(v, chain, since)) if k.endswith("values") else v
-                 for k, v in row.items()} for row in rows]
+        plan = self._origins.get((table, since, len(chain)))
+        if plan is None:
+            plan = self._origins[(table, since, len(chain))] = list(origins(chain, since).items())
+
+        def carried(image):
+            return None if image is None else {n: image.get(s) if k == "column" else s for n, (k, s) in plan}
+
+        return [{k: carried(v) if k.endswith("values") else v for k, v in row.items()} for row in rows]
 
     def _rows(self, kind: str, event: Any, table: TableId) -> list[dict[str, Any]]:
         canon = self._canon[table]
@@ -214,7 +263,7 @@ class TableChangeReader:
             yield from self.statement_changes(str(event.query), schema or None, file, event_start(event))
             return
         kind = _ROW_KINDS.get(type(event))
-        if kind is None:
+        if kind is None or self.skips_rows:
             return
         table = TableId(event.schema, event.table)
         schema = self.schemas.get(table)
@@ -246,9 +295,11 @@ class DefinitionsChanged(RuntimeError):
 
     MARKER = "airflow-cdc: table definition changed"
 
-    def __init__(self, table: TableId, change: SchemaChange, version: TableVersion) -> None:
-        super().__init__(f"{self.MARKER}: {table} version {version.number} from {change.describe()}; the query "
-                         "starts again from its checkpoint with it")
+    def __init__(self, table: TableId, change: SchemaChange, version: TableVersion, more: int = 0) -> None:
+        also = f" (and {more} more version(s) after it)" if more else ""
+        super().__init__(f"{self.MARKER}: {table} version {version.number} from {change.describe()}{also}; the "
+                         "query starts again from its checkpoint with it")
+        self.table, self.change, self.version = table, change, version
 
 
 class Evolutions:
@@ -269,6 +320,14 @@ class Evolutions:
 
     def known(self, table: TableId, position: EventPosition) -> TableVersion | None:
         """The query's version that starts at ``position`` exactly."""
+        raise NotImplementedError
+
+    def settle(self, table: TableId, until: EventPosition) -> None:
+        """Record the versions of ``table`` from the ALTERs between the batch's start and ``until``."""
+        raise NotImplementedError
+
+    def recorded_at(self, table: TableId, position: EventPosition) -> TableVersion | None:
+        """The version in force at ``position`` among those recorded now (the query may not know it)."""
         raise NotImplementedError
 
     def record(self, table: TableId, statement: str, database: str | None, position: EventPosition,

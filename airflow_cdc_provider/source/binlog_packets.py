@@ -154,7 +154,8 @@ class PacketReader:
                 continue
             table_id = _table_id(data)
             table = self.tables.get(table_id)
-            if table is None or table in self.reader.held or self.reader.covered(table, self.file, next_pos - size):
+            if (table is None or table in self.reader.held or self.reader.skips_rows
+                    or self.reader.covered(table, self.file, next_pos - size)):
                 continue
             decodable, change = self.reader.definition_change(table_id, self.stream.table_map.get(table_id), table,
                                                               self.file, next_pos - size)

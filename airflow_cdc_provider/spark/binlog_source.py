@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import gc
 import json
+from functools import partial
 from typing import Any, Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -73,10 +74,12 @@ def offset_dict(file: str, pos: int, gtid: str | None, ts_ms: int, behind: bool)
 
 
 class BinlogSegment(InputPartition):
-    """``[start, end)`` of one batch, both transaction boundaries; ``index`` picks the reader's server id."""
+    """``[start, end)`` of one batch, both transaction boundaries; ``index`` picks the reader's server id;
+    ``batch_start``: where the batch starts (segment 0's start)."""
 
-    def __init__(self, start: dict, end: dict, index: int) -> None:
+    def __init__(self, start: dict, end: dict, index: int, batch_start: dict | None = None) -> None:
         self.start, self.end, self.index = start, end, index
+        self.batch_start = batch_start or start
 
 
 # Spark's types whose Python values go into Arrow as they are (Spark's own converter only checks them);
@@ -146,8 +149,6 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._ready:
             return
         import pymysql
-
-        from functools import partial
 
         from airflow_cdc_provider.core.chunks import TableId
         from airflow_cdc_provider.core.emit_filter import build_emit_filter
@@ -295,11 +296,13 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         size = binlog.span_bytes(begin, stop)
         cuts = binlog.cut(begin, stop, max(self.min_segment, -(-size // self.parallelism))) if size > self.min_segment else []
         points = [begin, *cuts, stop]
-        return [BinlogSegment(offset_dict(a.file, a.pos, None, 0, False), offset_dict(b.file, b.pos, None, 0, False), i)
-                for i, (a, b) in enumerate(zip(points, points[1:]))]
+        first = offset_dict(begin.file, begin.pos, None, 0, False)
+        return [BinlogSegment(offset_dict(a.file, a.pos, None, 0, False), offset_dict(b.file, b.pos, None, 0, False), i,
+                              first) for i, (a, b) in enumerate(zip(points, points[1:]))]
 
     def read(self, partition: BinlogSegment) -> Iterator[tuple]:
-        rows = self._reconnecting("binlog read", self._read, partition.start, partition.end, partition.index)
+        rows = self._reconnecting("binlog read", self._read, partition.start, partition.end, partition.index,
+                                  getattr(partition, "batch_start", partition.start))
         batches = arrow_batches(rows, self.schema) if self.schema is not None and rows else None
         return iter(batches if batches is not None else rows)
 
@@ -307,10 +310,10 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         pass
 
     # -- decoding ----------------------------------------------------------------------------------
-    def _read(self, start: dict, stop: dict, index: int) -> list[tuple]:
+    def _read(self, start: dict, stop: dict, index: int, batch_start: dict | None = None) -> list[tuple]:
         """The emitted rows of the transactions in ``[start, stop)``, decoded by replica ``index``."""
         from airflow_cdc_provider.core.offsets import BinlogOffset
-        from airflow_cdc_provider.source.binlog import TableChangeReader, read_changes_between
+        from airflow_cdc_provider.source.binlog import DefinitionsChanged, TableChangeReader, read_changes_between
 
         self._setup()
         # A segment decodes into a few hundred thousand small objects without reference cycles; the cyclic
@@ -319,14 +322,36 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         gc.disable()
         try:
             begin = BinlogOffset.from_dict(start)
+            first = BinlogOffset.from_dict(batch_start or start)
+            scan = partial(self._record_versions_before, first, index)
             reader = TableChangeReader(self.schemas, covered_through=self.covered_through, held=self._held(),
-                                       evolutions=self.evolutions.reading_from(begin.sort_key))
+                                       evolutions=self.evolutions.reading_from(begin.sort_key, scan),
+                                       confirmed=None if begin == first else ())
             records = list(read_changes_between(self.settings, self._server_id(index), begin,
                                                 BinlogOffset.from_dict(stop), self.schemas, reader))
+            if reader.recorded:  # the batch cannot be written with this query's definitions: it starts again
+                first = reader.recorded[0]
+                raise DefinitionsChanged(first.table, first.change, first.version, len(reader.recorded) - 1)
             return self._emit(records)
         finally:
             if collecting:
                 gc.enable()
+
+    def _record_versions_before(self, first, index: int, table, until) -> None:
+        """Read the statements of ``[first, until)`` (the batch's part before a segment's ALTER of ``table``),
+        recording the versions of the ALTERs there, in order, through a replica id of its own."""
+        from airflow_cdc_provider.core.offsets import BinlogOffset
+        from airflow_cdc_provider.source.binlog import TableChangeReader, read_changes_between
+
+        stop = BinlogOffset(until.file, until.pos)
+        if not stop > first:
+            return
+        evolutions = self.evolutions.reading_from(first.sort_key)
+        schemas = {table: self.schemas[table]}
+        scanner = TableChangeReader(schemas, evolutions=evolutions, rows=False)
+        for _ in read_changes_between(self.settings, self._server_id(index + self.parallelism + 1), first, stop,
+                                      schemas, scanner):
+            pass
 
     def _held(self) -> set:
         """Tables with a resync their current snapshot does not cover (read again for every segment: a

@@ -49,6 +49,7 @@ IDLE_HEARTBEAT_SECONDS = 5.0
 EMPTY_TOTALS = {"rows_emitted": 0, "rows_by_table": {}, "batches": 0, "batch_id": None, "last_event_ms": 0}
 STOP_GRACE_SECONDS = 90
 BATCH_TOTALS = "stream/batch_totals.json"  # BatchWriter.totals(), published on Spark Connect
+CHANGE_FIELDS = ("table", "op", "file_seq", "pos", "row", "statement")  # a schema change's record in a batch
 
 
 def application_info(spark) -> dict[str, str | None]:
@@ -139,14 +140,10 @@ class BatchWriter:
         if self.publish:
             StateStore(self.state_path).write_json(BATCH_TOTALS, self.totals())
 
-    def _apply_schema_changes(self, batch_df, batch_id: int) -> None:
-        """The batch's schema changes, after its rows are written: each sink applies truncates and drops by
-        version (so the order with the rows does not matter), and the state store records them all, which
-        tells the next run's plan step what to re-snapshot."""
-        from pyspark.sql import functions as F
-
-        rows = (batch_df.filter(F.col("op").isin(*KIND_OF_OP)).select("table", "op", "file_seq", "pos", "row", "statement")
-                .collect())
+    def _apply_schema_changes(self, rows: list, batch_id: int) -> None:
+        """The batch's schema changes (``rows``: ``CHANGE_FIELDS`` of each), after its rows are written: each sink
+        applies truncates and drops by version (so the order with the rows does not matter), and the state store
+        records them all, which tells the next run's plan step what to re-snapshot."""
         store = StateStore(self.state_path)
         held = set(pending_resyncs(store))  # a table's first resync is the one that counts; segments decoded in
         changes = []  # parallel may each have reported one
@@ -190,13 +187,15 @@ class BatchWriter:
 
         table = next(iter(self.image_columns))
         observed = _observation(batch_df.sparkSession, f"airflow_cdc_batch_{batch_id}")
+        # the schema changes' records (a few) are collected on the way too: the batch is read once
+        changes = F.collect_list(F.when(F.col("op").isin(*KIND_OF_OP), F.struct(*CHANGE_FIELDS)))
         df = batch_df.observe(observed, F.count(F.lit(1)).alias("rows"), F.max("ts_ms").alias("newest"),
-                              F.sum(F.col("op").isin(*KIND_OF_OP).cast("int")).alias("schema_changes"))
+                              changes.alias("schema_changes"))
         self._sink.write_changes(self._changes(df, table), self.types[table], batch_id,
                                  self._mid_write(table, batch_id), lambda: observed.get["rows"])
         metrics = observed.get
-        if metrics["schema_changes"]:  # rare: the batch is read once more for them
-            self._apply_schema_changes(batch_df, batch_id)
+        if metrics["schema_changes"]:
+            self._apply_schema_changes(metrics["schema_changes"], batch_id)
         if metrics["rows"]:
             self.faults.hit("mid_batch", f"batch {batch_id}")
         log.info("batch %d: %d rows read and written in %.2fs", batch_id, metrics["rows"], time.monotonic() - t0)
@@ -222,7 +221,8 @@ class BatchWriter:
             log.info("batch %d: %d rows read in %.2fs, written in %.2fs", batch_id, sum(counts.values()), t_read,
                      time.monotonic() - t0 - t_read)
             if any(r[3] for r in stats):
-                self._apply_schema_changes(batch_df, batch_id)
+                self._apply_schema_changes(batch_df.filter(F.col("op").isin(*KIND_OF_OP)).select(*CHANGE_FIELDS)
+                                           .collect(), batch_id)
             return counts, max([0] + [r[2] or 0 for r in stats])
         finally:
             batch_df.unpersist()
