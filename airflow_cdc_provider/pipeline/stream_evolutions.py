@@ -14,11 +14,12 @@ import logging
 from typing import Mapping
 
 from airflow_cdc_provider.core.chunks import TableId
-from airflow_cdc_provider.core.offsets import EventPosition
+from airflow_cdc_provider.core.offsets import BinlogOffset, EventPosition
 from airflow_cdc_provider.source.binlog import Evolutions
 from airflow_cdc_provider.source.ddl import column_changes
 from airflow_cdc_provider.source.schema import TableConfigError, load_schema
 from airflow_cdc_provider.source.schema_evolution import evolve_definition
+from airflow_cdc_provider.source.settings import ConnectionSettings
 from airflow_cdc_provider.source.table_versions import TableVersion, sink_versions, version_at
 from airflow_cdc_provider.state.store import StateStore
 
@@ -45,19 +46,33 @@ class StreamEvolutions(Evolutions):
         self.state_path = state_path
         self.connect = connect  # () -> a pymysql connection to the source
         self.start: tuple[int, int, int] | None = None
-        self.scan = None  # (table, until) -> None: reads the statements from the batch's start to ``until``
+        self.batch: tuple[BinlogOffset, ConnectionSettings, int] | None = None  # see ``reading_from``
 
-    def reading_from(self, start: tuple[int, int, int], scan=None) -> "StreamEvolutions":
-        """This, for a read that starts at binlog position ``start``; ``scan`` records the versions of the
-        batch's earlier part (``settle``)."""
+    def reading_from(self, start: BinlogOffset, batch_start: BinlogOffset | None = None,
+                     settings: ConnectionSettings | None = None, server_id: int = 0) -> "StreamEvolutions":
+        """This, for a read that starts at ``start``, inside a batch that starts at ``batch_start``: ``settle``
+        then reads the batch's earlier part with ``settings`` as replica ``server_id``."""
         view = StreamEvolutions.__new__(StreamEvolutions)
         view.__dict__.update(self.__dict__)
-        view.start, view.scan = start, scan
+        view.start = start.sort_key
+        view.batch = (batch_start, settings, server_id) if batch_start is not None and settings else None
         return view
 
     def settle(self, table: TableId, until: EventPosition) -> None:
-        if self.scan is not None:
-            self.scan(table, until)
+        """Reads the statements of the batch from its start to ``until``, recording the versions of the ALTERs
+        of ``table`` there, in order (a read from the batch's start knows every version before it)."""
+        from airflow_cdc_provider.source.binlog import TableChangeReader, read_changes_between
+
+        if self.batch is None:
+            return
+        first, settings, server_id = self.batch
+        stop = BinlogOffset(until.file, until.pos)
+        if not stop > first:
+            return
+        schemas = {table: version_at(self.chains[table], first.sort_key).schema}
+        scanner = TableChangeReader(schemas, evolutions=self.reading_from(first), rows=False)
+        for _ in read_changes_between(settings, server_id, first, stop, schemas, scanner):
+            pass
 
     def recorded_at(self, table: TableId, position: EventPosition) -> TableVersion | None:
         recorded = StateStore(self.state_path).table_versions(str(table), self.epochs[table])
@@ -95,7 +110,11 @@ class StreamEvolutions(Evolutions):
         if store.snapshot_definitions_mixed(str(table), self.epochs[table]):
             return "the table's snapshot was read under more than one definition"
         recorded = store.table_versions(str(table), self.epochs[table]) or [current]
-        if any(v.position is not None and v.position.sort_key[:2] > position.sort_key[:2] for v in recorded):
+        here = position.sort_key[:2]
+        same = [v for v in recorded if v.position is not None and v.position.sort_key[:2] == here]
+        if same:  # another read (a scan of the batch's earlier part, a retried task) recorded it already
+            return same[0]
+        if any(v.position is not None and v.position.sort_key[:2] > here for v in recorded):
             return "a later change of the table was recorded first"
         before = version_at(recorded, position.sort_key)
         conn = self.connect()

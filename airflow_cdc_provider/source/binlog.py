@@ -69,9 +69,9 @@ class TableChangeReader:
 
     ``evolutions`` (the stream's ``Evolutions``; None: every column change is a resync): each table's versions
     (``source.table_versions``), which replace ``schemas``: a table starts with the version in force where the
-    read starts; an ALTER the
-    evolutions know switches its table to the next version at the ALTER's position (an ``evolve`` change), and
-    rows decoded with an older version than the newest are carried up to it (``upcast``)."""
+    read starts; an ALTER the evolutions know switches its table to the next version at the ALTER's position (an
+    ``evolve`` change), one they do not know is recorded (``recorded``), and rows decoded with an older version
+    than the sink's newest are carried up to it (``origins``)."""
 
     def __init__(self, schemas: Mapping[TableId, TableSchema], compiled: bool = True,
                  covered_through: Mapping[TableId, tuple[int, int, int]] | None = None,
@@ -303,7 +303,7 @@ class DefinitionsChanged(RuntimeError):
 
 
 class Evolutions:
-    """What a reader needs to apply ALTERs in place (``pipeline.table_schemas.StreamEvolutions``)."""
+    """What a reader needs to apply ALTERs in place (``pipeline.stream_evolutions.StreamEvolutions``)."""
 
     def chain(self, table: TableId) -> list[TableVersion]:
         """The versions of ``table`` the stream's query was set up with, numbered 0..n."""

@@ -323,10 +323,11 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             begin = BinlogOffset.from_dict(start)
             first = BinlogOffset.from_dict(batch_start or start)
-            scan = partial(self._record_versions_before, first, index)
+            # a replica id for reading the batch's earlier part, beside this segment's own
+            evolutions = self.evolutions.reading_from(begin, first, self.settings,
+                                                      self._server_id(index + self.parallelism + 1))
             reader = TableChangeReader(self.schemas, covered_through=self.covered_through, held=self._held(),
-                                       evolutions=self.evolutions.reading_from(begin.sort_key, scan),
-                                       confirmed=None if begin == first else ())
+                                       evolutions=evolutions, confirmed=None if begin == first else ())
             records = list(read_changes_between(self.settings, self._server_id(index), begin,
                                                 BinlogOffset.from_dict(stop), self.schemas, reader))
             if reader.recorded:  # the batch cannot be written with this query's definitions: it starts again
@@ -336,22 +337,6 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         finally:
             if collecting:
                 gc.enable()
-
-    def _record_versions_before(self, first, index: int, table, until) -> None:
-        """Read the statements of ``[first, until)`` (the batch's part before a segment's ALTER of ``table``),
-        recording the versions of the ALTERs there, in order, through a replica id of its own."""
-        from airflow_cdc_provider.core.offsets import BinlogOffset
-        from airflow_cdc_provider.source.binlog import TableChangeReader, read_changes_between
-
-        stop = BinlogOffset(until.file, until.pos)
-        if not stop > first:
-            return
-        evolutions = self.evolutions.reading_from(first.sort_key)
-        schemas = {table: self.schemas[table]}
-        scanner = TableChangeReader(schemas, evolutions=evolutions, rows=False)
-        for _ in read_changes_between(self.settings, self._server_id(index + self.parallelism + 1), first, stop,
-                                      schemas, scanner):
-            pass
 
     def _held(self) -> set:
         """Tables with a resync their current snapshot does not cover (read again for every segment: a
