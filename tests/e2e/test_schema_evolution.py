@@ -99,7 +99,7 @@ class NamedColumnWriter(ThreadedWriter):
             cur.execute("DELETE FROM t WHERE id = %s", (self.next_id - 3,))
 
 
-@pytest.mark.parametrize("sink_type", ["parquet", "jdbc"])
+@pytest.mark.parametrize("sink_type", ["parquet"])  # the jdbc mirror's evolution: the tests before and after
 def test_alters_while_a_continuous_stream_runs_beside_a_writer(source_db, tmp_path, spark, postgres, sink_type):
     db = source_db
     db.execute("CREATE TABLE t (id INT PRIMARY KEY, name VARCHAR(20) NOT NULL DEFAULT 'w', qty INT)")
