@@ -15,7 +15,7 @@ from typing import Mapping
 
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.offsets import BinlogOffset, EventPosition
-from airflow_cdc_provider.source.binlog import Evolutions
+from airflow_cdc_provider.source.binlog import Evolutions, TableChangeReader, read_changes_between
 from airflow_cdc_provider.source.ddl import column_changes
 from airflow_cdc_provider.source.schema import TableConfigError, load_schema
 from airflow_cdc_provider.source.schema_evolution import evolve_definition
@@ -61,8 +61,6 @@ class StreamEvolutions(Evolutions):
     def settle(self, table: TableId, until: EventPosition) -> None:
         """Reads the statements of the batch from its start to ``until``, recording the versions of the ALTERs
         of ``table`` there, in order (a read from the batch's start knows every version before it)."""
-        from airflow_cdc_provider.source.binlog import TableChangeReader, read_changes_between
-
         if self.batch is None:
             return
         first, settings, server_id = self.batch

@@ -89,9 +89,6 @@ class TableChangeReader:
         # on no row is decoded, only statements (each ALTER met is recorded), and the read ends in DefinitionsChanged
         self.recorded: list[DefinitionsChanged] = []
         self.newest: dict[TableId, list[TableVersion]] = {}  # tables decoded with an older version than the newest
-        if evolutions is not None:
-            for t, s in self.schemas.items():
-                self._use_version(t, evolutions.starting_version(t))
         self._canon = {t: RowCanonicalizer(s) for t, s in self.schemas.items()}
         self.compiled = compiled
         self.covered_through = {t: k[:2] for t, k in (covered_through or {}).items()}
@@ -100,6 +97,9 @@ class TableChangeReader:
         self._decoders: dict[int, tuple[Any, RowDecoder | None]] = {}  # table id -> (its table map, plan)
         self._definitions: dict[int, tuple[Any, str | None]] = {}  # table id -> (its table map, its difference)
         self._names = sorted({t.table for t in self.schemas})
+        if evolutions is not None:
+            for t in list(self.schemas):
+                self._use_version(t, evolutions.starting_version(t))
 
     def covered(self, table: TableId, file: str, start: int) -> bool:
         """Whether the table's snapshot holds every change of an event starting at ``file:start``."""
@@ -135,10 +135,9 @@ class TableChangeReader:
             self.newest[table] = sink
         else:
             self.newest.pop(table, None)
-        if hasattr(self, "_canon"):
-            self._canon[table] = RowCanonicalizer(version.schema)
-            self._decoders.clear()
-            self._definitions.clear()
+        self._canon[table] = RowCanonicalizer(version.schema)
+        self._decoders.clear()
+        self._definitions.clear()
 
     def _caught_up(self, table: TableId, table_map: Any, here: EventPosition) -> bool:
         """A TABLE_MAP of another definition where the read started inside a batch: an ALTER of the batch's

@@ -301,6 +301,16 @@ def test_without_history_nothing_changes(sink, spark):
     assert_state(sink, 0, expected)
 
 
+def resnapshot(sink, spark, types, rows, low_watermark, version) -> None:
+    """Epoch 2 of the table, one window of ``rows`` (data columns and the chunk index) read under ``types``."""
+    from pyspark.sql.types import StructType
+
+    sink.prepare(types, evolve=True)
+    df = spark.createDataFrame(rows, StructType.fromDDL(f"{types.spark_ddl}, {CHUNK_COLUMN} int"))
+    sink.open_window(df, types, 2, [0], low_watermark, set()).publish(None, version, lambda: None)
+    sink.finish_snapshot(T, 2, low_watermark)
+
+
 def test_a_re_snapshot_under_a_new_definition_starts_a_new_history(sink, spark):
     from pyspark.sql.types import StructType
 
@@ -309,11 +319,8 @@ def test_a_re_snapshot_under_a_new_definition_starts_a_new_history(sink, spark):
     write(sink, spark, 1, 1, [("u", 300, (1, 10, "a", Decimal("1.10"), "n1b", "s", None, None, None, None))])
     # the snapshot job reads the table under V2 (not applied in place): epoch 2 of version 0 = V2
     types = TableSinkTypes.of(V2)
-    sink.prepare(types, evolve=True)
-    df = spark.createDataFrame([(1, 1, "a", Decimal("1.00"), "c", "s", None, None, None, None, 0)],
-                               StructType.fromDDL(f"{types.spark_ddl}, {CHUNK_COLUMN} int"))
-    sink.open_window(df, types, 2, [0], (2, 0, 0), set()).publish(None, (2, 10, -1), lambda: None)
-    sink.finish_snapshot(T, 2, (2, 0, 0))
+    resnapshot(sink, spark, types, [(1, 1, "a", Decimal("1.00"), "c", "s", None, None, None, None, 0)],
+               (2, 0, 0), (2, 10, -1))
     assert not sink.layout.storage.exists(f"{sink.layout.table_dir(T)}/{HISTORY_FILE}")
     assert not sink.layout.has_changes(T)
     assert sink.layout.read_schema(T) == StructType.fromDDL(types.spark_ddl).json()
@@ -324,19 +331,14 @@ def test_a_re_snapshot_under_a_new_definition_starts_a_new_history(sink, spark):
 
 
 def test_a_re_snapshot_under_the_newest_version_makes_it_version_0(sink, spark):
-    from pyspark.sql.types import StructType
-
     v0_epoch(sink, spark)
     sink.evolve_in_place(VERSIONS[:2])
     write(sink, spark, 1, 1, [("u", 300, (1, 10, "a", Decimal("1.10"), "n1b", "s", None, None, None, None))])
     # epoch 2, read under V1 (the definition the sink has now); its low watermark keeps the changes after it
     types = TableSinkTypes.of(V1)
-    sink.prepare(types, evolve=True)
-    df = spark.createDataFrame([(1, 2**40, "a", Decimal("1.00"), "r1", "s1", None, None, None, None, 0),
-                                (7, 7, "g", Decimal("7.00"), "r7", "s7", None, None, None, None, 0)],
-                               StructType.fromDDL(f"{types.spark_ddl}, {CHUNK_COLUMN} int"))
-    sink.open_window(df, types, 2, [0], (1, 150, 0), set()).publish(None, (1, 250, -1), lambda: None)
-    sink.finish_snapshot(T, 2, (1, 150, 0))
+    resnapshot(sink, spark, types, [(1, 2**40, "a", Decimal("1.00"), "r1", "s1", None, None, None, None, 0),
+                                    (7, 7, "g", Decimal("7.00"), "r7", "s7", None, None, None, None, 0)],
+               (1, 150, 0), (1, 250, -1))
     sink.finish_snapshot(T, 2, (1, 150, 0))  # a retry of the collect step
     assert [(e["number"], e["first_batch"]) for e in history(sink)] == [(-1, None), (0, 1)]
     # the new epoch's stream: version 0 is V1; it writes batch 2, then applies V2 as its version 1
