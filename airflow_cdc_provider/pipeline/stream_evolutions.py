@@ -13,11 +13,14 @@ from __future__ import annotations
 import logging
 from typing import Mapping
 
+from typing import Any, Collection
+
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.offsets import BinlogOffset, EventPosition
-from airflow_cdc_provider.source.binlog import Evolutions, TableChangeReader, read_changes_between
+from airflow_cdc_provider.core.schema_changes import RESYNC
+from airflow_cdc_provider.source.binlog import DefinitionsChanged, Evolutions, TableChangeReader, read_changes_between
 from airflow_cdc_provider.source.ddl import column_changes
-from airflow_cdc_provider.source.schema import TableConfigError, load_schema
+from airflow_cdc_provider.source.schema import TableConfigError, column_types, load_schema
 from airflow_cdc_provider.source.schema_evolution import evolve_definition
 from airflow_cdc_provider.source.settings import ConnectionSettings
 from airflow_cdc_provider.source.table_versions import TableVersion, sink_versions, version_at
@@ -71,6 +74,28 @@ class StreamEvolutions(Evolutions):
         scanner = TableChangeReader(schemas, evolutions=self.reading_from(first), rows=False)
         for _ in read_changes_between(settings, server_id, first, stop, schemas, scanner):
             pass
+
+    def definitions_changed(self, conn: Any) -> bool:
+        """Whether a table applied in place has another definition on the source now than its newest version:
+        the binlog ahead then holds an ALTER of it (one query; ``conn``: a connection to the source)."""
+        tables = [t for t, behaviour in self.behaviours.items() if behaviour in IN_PLACE_BEHAVIOURS and t in self.chains]
+        if not self.in_place or not tables:
+            return False
+        now = column_types(conn, tables)
+        return any(now.get(t) != [(c.name, c.column_type) for c in self.chains[t][-1].schema.columns] for t in tables)
+
+    def record_between(self, settings: ConnectionSettings, server_id: int, start: BinlogOffset, stop: BinlogOffset,
+                       covered_through: Mapping[TableId, tuple[int, int, int]],
+                       held: Collection[TableId]) -> list[DefinitionsChanged]:
+        """Records the versions of the ALTERs in ``[start, stop)`` (a batch, ``start`` its start) before the
+        batch is read, so that no attempt of it fails on them: its statements are read as a segment reads
+        them, by replica ``server_id``. What it recorded, as the segments would report it."""
+        schemas = {t: version_at(chain, start.sort_key).schema for t, chain in self.chains.items()}
+        scanner = TableChangeReader(schemas, covered_through=covered_through, held=held,
+                                    evolutions=self.reading_from(start), rows=False)
+        for _ in read_changes_between(settings, server_id, start, stop, schemas, scanner):
+            pass
+        return scanner.recorded
 
     def recorded_at(self, table: TableId, position: EventPosition) -> TableVersion | None:
         recorded = StateStore(self.state_path).table_versions(str(table), self.epochs[table])
@@ -131,3 +156,21 @@ class StreamEvolutions(Evolutions):
             return followed
         log.info("%s: applied in place as version %d of the table", table, result.number)
         return store.record_table_version(str(table), self.epochs[table], result)
+
+
+def covered_through(seed: Any, tables: Collection[TableId]) -> dict[TableId, tuple[int, int, int]]:
+    """The position through which each table's current snapshot holds every change (``seed``, the stream
+    seed): the smallest high watermark of its chunks. A read skips the table's events before it."""
+    out = {}
+    for name, table_seed in (seed.tables if seed else {}).items():
+        table = TableId.parse(name)
+        if table in tables and table_seed.chunks:
+            out[table] = min(r.high_watermark.sort_key for r in table_seed.chunks)
+    return out
+
+
+def held_tables(store: StateStore, tables: Collection[TableId],
+                covered: Mapping[TableId, tuple[int, int, int]]) -> set[TableId]:
+    """Tables with a resync their current snapshot does not cover: their changes wait for their re-snapshot."""
+    return {c.table for c in store.schema_changes() if c.kind == RESYNC and c.position is not None
+            and c.table in tables and not covered.get(c.table, (0, 0, 0)) > c.position.sort_key}

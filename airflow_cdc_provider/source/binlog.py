@@ -179,9 +179,10 @@ class TableChangeReader:
             self.confirmed.add(table)
         recorded = self.evolutions.record(table, change.statement, database, change.position, self.versions[table])
         if isinstance(recorded, TableVersion):
-            self.recorded.append(DefinitionsChanged(table, change, recorded))
+            evolved = SchemaChange(EVOLVE, table, change.statement, change.detail, change.position)
+            self.recorded.append(DefinitionsChanged(table, evolved, recorded))
             self.versions[table] = recorded
-            return SchemaChange(EVOLVE, table, change.statement, change.detail, change.position)
+            return evolved
         return SchemaChange(RESYNC, table, change.statement, f"{change.detail}; not applied in place: {recorded}",
                             change.position)
 

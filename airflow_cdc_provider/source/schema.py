@@ -257,3 +257,23 @@ def load_schemas(
 ) -> list[TableSchema]:
     chunk_keys = chunk_keys or {}
     return [load_schema(conn, t, chunk_keys.get(str(t))) for t in tables]
+
+
+def column_types(conn: Any, tables: Iterable[TableId]) -> dict[TableId, list[tuple[str, str]]]:
+    """Each table's ``(column, full type)`` pairs now, in order, in one query (a table that is gone is absent):
+    enough to tell whether a definition still describes the table, without loading every table's schema."""
+    wanted = set(tables)
+    databases = sorted({t.database for t in wanted})
+    if not databases:
+        return {}
+    out: dict[TableId, list[tuple[str, str]]] = {}
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS "
+            f"WHERE TABLE_SCHEMA IN ({', '.join(['%s'] * len(databases))}) "
+            "ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION", databases)
+        for database, name, column, column_type in cur.fetchall():
+            table = TableId(database, name)
+            if table in wanted:
+                out.setdefault(table, []).append((column, str(column_type)))
+    return out

@@ -149,6 +149,13 @@ class BinlogMap:
                     cuts.append(here)
         return [c for c in cuts if start < c < end]
 
+    def batch_end(self, start: BinlogOffset, goal: BinlogOffset, cap: int | None) -> tuple[BinlogOffset, bool]:
+        """Where a batch from ``start`` towards ``goal`` ends, holding about ``cap`` bytes of binlog at most (None:
+        no cap), and whether it stops short of ``goal``."""
+        if cap is None or self.span_bytes(start, goal) <= cap:
+            return goal, False
+        return self.boundary_bytes_after(start, goal, cap), True
+
     def boundary_bytes_after(self, start: BinlogOffset, end: BinlogOffset, nbytes: int) -> BinlogOffset:
         """A transaction boundary about ``nbytes`` after ``start`` (never past ``end``): where a batch
         capped at ``nbytes`` of binlog ends. At least one transaction is always included."""

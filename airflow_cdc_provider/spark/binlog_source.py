@@ -152,7 +152,7 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         from airflow_cdc_provider.core.chunks import TableId
         from airflow_cdc_provider.core.emit_filter import build_emit_filter
-        from airflow_cdc_provider.pipeline.stream_evolutions import StreamEvolutions
+        from airflow_cdc_provider.pipeline.stream_evolutions import StreamEvolutions, covered_through
         from airflow_cdc_provider.sinks.registry import sink_class
         from airflow_cdc_provider.sinks.types import TableSinkTypes
         from airflow_cdc_provider.source.key_order import DatabaseKeyOrder
@@ -176,7 +176,6 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.seed = store.read_seed()
         ranges = []
         orders = {}
-        self.covered_through = {}
         for name, table_seed in (self.seed.tables if self.seed else {}).items():
             t = TableId.parse(name)
             if t not in self.schemas:
@@ -186,8 +185,7 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 order.prefetch([r.start for r in table_seed.chunks if r.start is not None])
                 orders[name] = order
             ranges += table_seed.chunks
-            if table_seed.chunks:
-                self.covered_through[t] = min(r.high_watermark.sort_key for r in table_seed.chunks)
+        self.covered_through = covered_through(self.seed, self.schemas)
         self.filter = build_emit_filter(ranges, orders)
         self.store = store
         self._ready = True
@@ -264,11 +262,7 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not goal > begin:
             return start
         cap = None if isinstance(limit, ReadAllAvailable) else getattr(limit, "max_bytes", self.max_bytes)
-        binlog = BinlogMap(self.conn)
-        if cap is None or binlog.span_bytes(begin, goal) <= cap:
-            end, behind = goal, False
-        else:
-            end, behind = binlog.boundary_bytes_after(begin, goal, cap), True
+        end, behind = BinlogMap(self.conn).batch_end(begin, goal, cap)
         return offset_dict(end.file, end.pos, self._gtid_at(end) if end != goal else goal.gtid, 0, behind)
 
     def _gtid_at(self, at) -> str | None:
@@ -296,9 +290,25 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         size = binlog.span_bytes(begin, stop)
         cuts = binlog.cut(begin, stop, max(self.min_segment, -(-size // self.parallelism))) if size > self.min_segment else []
         points = [begin, *cuts, stop]
+        self._record_ahead(begin, stop)
         first = offset_dict(begin.file, begin.pos, None, 0, False)
         return [BinlogSegment(offset_dict(a.file, a.pos, None, 0, False), offset_dict(b.file, b.pos, None, 0, False), i,
                               first) for i, (a, b) in enumerate(zip(points, points[1:]))]
+
+    def _record_ahead(self, begin, stop) -> None:
+        """When a table's definition changed on the source, the batch's ALTERs are recorded before its tasks
+        run; if that recorded any, the batch stops here (``DefinitionsChanged``), before anything is read: the
+        query starts again with the versions, which is cheaper than a task meeting them."""
+        from airflow_cdc_provider.source.binlog import DefinitionsChanged
+
+        if not self.evolutions.definitions_changed(self.conn):
+            return
+        # the replica id no task of the batch uses (they take 0..parallelism-1, their scans above it)
+        recorded = self.evolutions.record_between(self.settings, self._server_id(self.parallelism), begin, stop,
+                                                  self.covered_through, self._held())
+        if recorded:
+            first = recorded[0]
+            raise DefinitionsChanged(first.table, first.change, first.version, len(recorded) - 1)
 
     def read(self, partition: BinlogSegment) -> Iterator[tuple]:
         rows = self._reconnecting("binlog read", self._read, partition.start, partition.end, partition.index,
@@ -341,10 +351,9 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _held(self) -> set:
         """Tables with a resync their current snapshot does not cover (read again for every segment: a
         continuous stream's earlier batch may have recorded one)."""
-        from airflow_cdc_provider.core.schema_changes import RESYNC
+        from airflow_cdc_provider.pipeline.stream_evolutions import held_tables
 
-        return {c.table for c in self.store.schema_changes() if c.kind == RESYNC and c.position is not None
-                and c.table in self.schemas and not self.covered_through.get(c.table, (0, 0, 0)) > c.position.sort_key}
+        return held_tables(self.store, self.schemas, self.covered_through)
 
     def _server_id(self, index: int) -> int:
         """The stream's own id plus ``1 + index``, wrapped inside the connection's ``server_id_range``."""

@@ -23,6 +23,7 @@ import os
 import signal
 import threading
 import time
+from functools import partial
 from typing import Any
 
 from airflow_cdc_provider.compat import pyspark_internals
@@ -32,12 +33,15 @@ from airflow_cdc_provider.core.schema_changes import EVOLVE, KIND_OF_OP, RESYNC,
 from airflow_cdc_provider.pipeline.faults import FaultSwitch
 from airflow_cdc_provider.pipeline.job_errors import failure_summary
 from airflow_cdc_provider.pipeline.jobspec import JobSpec
+from airflow_cdc_provider.pipeline.stream_evolutions import StreamEvolutions, covered_through, held_tables
 from airflow_cdc_provider.pipeline.table_schemas import pending_resyncs, stream_versions
 from airflow_cdc_provider.sinks.base import META_COLUMNS
 from airflow_cdc_provider.sinks.registry import open_sink
 from airflow_cdc_provider.sinks.types import TableSinkTypes
 from airflow_cdc_provider.source.connection import connect
 from airflow_cdc_provider.source.binlog import DefinitionsChanged
+from airflow_cdc_provider.source.segments import BinlogMap
+from airflow_cdc_provider.source.server import current_offset
 from airflow_cdc_provider.source.table_versions import sink_versions
 from airflow_cdc_provider.spark.binlog_source import image_column, register_source, source_schema
 from airflow_cdc_provider.spark.session import default_parallelism, is_connect
@@ -263,6 +267,8 @@ class StreamJob:
         settings = spec.source_settings(secrets)
         with contextlib.closing(connect(settings)) as conn:
             self.versions = stream_versions(conn, self.store, spec.tables, self.epochs)
+            if self._record_ahead(conn, settings, seed, sink.evolves_in_place):
+                self.versions = stream_versions(conn, self.store, spec.tables, self.epochs)
         self.sink_versions = {t: followed_by_sink(v, spec.stream.schema_changes_for(t)) for t, v in self.versions.items()}
         # the sink's newest version of each table: rows of older ones are carried up to it (``source.table_versions``)
         self.types = {t: TableSinkTypes.of(v[-1].schema, v[-1].number) for t, v in self.sink_versions.items()}
@@ -275,6 +281,30 @@ class StreamJob:
         self.writer = BatchWriter(spec, secrets, self.types, {t: image_column(i) for i, t in enumerate(self.order)},
                                   publish=self.connect, carried=carried)
         log.info("stream job set up in %.2fs (%d tables)", time.monotonic() - t0, len(self.types))
+
+    def _record_ahead(self, conn, settings, seed, in_place: bool) -> bool:
+        """Records the versions of the ALTERs in the query's first batch before it starts (the batch as the
+        source will plan it, towards the server's position now), when a table's definition has changed; whether
+        any was recorded. The query then reads the batch with them, with no attempt failing on them."""
+        start = self.store.checkpoint_offset() or (seed.start if seed is not None else None)
+        if start is None:  # no seed: the startup mode says where the query starts, once it runs
+            return False
+        stream = self.spec.stream
+        evolutions = StreamEvolutions(self.versions, self.epochs, self.spec.state_path, partial(connect, settings),
+                                      {t: stream.schema_changes_for(t) for t in self.versions}, in_place=in_place)
+        now = current_offset(conn)
+        if not now > start or not evolutions.definitions_changed(conn):
+            return False
+        t0 = time.monotonic()
+        stop, _ = BinlogMap(conn).batch_end(start, now, stream.max_batch_bytes)
+        tables = {TableId.parse(t) for t in self.versions}
+        covered = covered_through(seed, tables)
+        recorded = evolutions.record_between(settings, self.spec.server_id, start, stop, covered,
+                                             held_tables(self.store, tables, covered))
+        if recorded:
+            log.info("the first batch's ALTERs read in %.2fs: %s", time.monotonic() - t0,
+                     ", ".join(f"{r.table} version {r.version.number}" for r in recorded))
+        return bool(recorded)
 
     def totals(self) -> dict[str, Any]:
         """The writer's totals: its own (same process) or, on Connect, what it last published."""

@@ -13,6 +13,7 @@ from airflow_cdc_provider.core.schema_changes import SchemaChange
 from airflow_cdc_provider.pipeline.stream_evolutions import StreamEvolutions
 from airflow_cdc_provider.source.binlog import TableChangeReader, read_changes_between
 from airflow_cdc_provider.source.schema import load_schema
+from airflow_cdc_provider.source.segments import BinlogMap
 from airflow_cdc_provider.source.server import current_offset
 from airflow_cdc_provider.source.table_versions import TableVersion
 from airflow_cdc_provider.state.store import StateStore
@@ -38,16 +39,21 @@ def read(db, server_id, evo, start, stop, batch_start, schema):
     return reader, out
 
 
-def test_segments_record_versions_in_order_whichever_reads_first_then_every_row_decodes_with_its_own(
-        source_db, tmp_path, server_id):
-    db = source_db
+def snapshotted_table(db, tmp_path):
+    """Table ``t`` (5 rows) as a snapshot read it: ``(its definition, the state store, the position after it)``."""
     db.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT NOT NULL)")
     db.executemany("INSERT INTO t VALUES (%s, %s)", [(i, i) for i in range(1, 6)])
     with db.connection() as conn:
         base = load_schema(conn, TableId(db.name, "t"))
     store = StateStore(tmp_path / "state")
     store.note_snapshot_definition(db.table("t"), 0, base)
-    start = offset(db)
+    return base, store, offset(db)
+
+
+def test_segments_record_versions_in_order_whichever_reads_first_then_every_row_decodes_with_its_own(
+        source_db, tmp_path, server_id):
+    db = source_db
+    base, store, start = snapshotted_table(db, tmp_path)
     db.execute("UPDATE t SET v = 10 WHERE id = 1")
     db.execute("ALTER TABLE t ADD COLUMN c INT NOT NULL DEFAULT 5")
     db.execute("UPDATE t SET c = 6 WHERE id = 2")
@@ -81,3 +87,46 @@ def test_segments_record_versions_in_order_whichever_reads_first_then_every_row_
         assert [r.kind for r in out if isinstance(r, SchemaChange)] == ["evolve"]
     assert rows == [("u", {"id": 1, "w": 10, "c": 5}), ("u", {"id": 2, "w": 2, "c": 6}),
                     ("u", {"id": 3, "w": 30, "c": 5}), ("c", {"id": 7, "w": 70, "c": 7})]
+
+
+def test_the_first_batchs_alters_are_recorded_before_its_read_and_only_when_a_definition_changed(
+        source_db, tmp_path, server_id):
+    db = source_db
+    base, store, start = snapshotted_table(db, tmp_path)
+    db.execute("UPDATE t SET v = 10 WHERE id = 1")
+
+    def ahead(versions, max_bytes=None):
+        """What the stream records before its first batch (capped at ``max_bytes``) is read."""
+        evo = evolutions(db, store, versions)
+        with db.connection() as conn:
+            if not evo.definitions_changed(conn):
+                return []
+            stop, _ = BinlogMap(conn).batch_end(start, current_offset(conn), max_bytes)
+        return [r.version for r in evo.record_between(db.settings, server_id, start, stop, {}, set())]
+
+    # the definition now is the snapshot's: nothing to look for, nothing recorded
+    assert ahead([TableVersion(0, base)]) == [] and store.table_versions(db.table("t"), 0) == [TableVersion(0, base)]
+
+    db.execute("ALTER TABLE t ADD COLUMN c INT NOT NULL DEFAULT 5")
+    db.execute("UPDATE t SET c = 6 WHERE id = 2")
+    db.execute("ALTER TABLE t CHANGE v w INT NOT NULL")
+    db.execute("INSERT INTO t VALUES (7, 70, 7)")
+    end = offset(db)
+    # a batch capped at one byte holds the first transaction only: no ALTER in it
+    assert ahead([TableVersion(0, base)], max_bytes=1) == []
+    recorded = ahead([TableVersion(0, base)])
+    v0, v1, v2 = store.table_versions(db.table("t"), 0)
+    assert recorded == [v1, v2]
+    assert v1.schema.column_names == ["id", "v", "c"] and dict(v1.added) == {"c": 5}
+    assert v2.schema.column_names == ["id", "w", "c"] and dict(v2.renamed) == {"w": "v"}
+    # the query then reads the batch with them: each ALTER is met where its version starts (nothing to record,
+    # no attempt fails), every row carried up to version 2
+    reader, out = read(db, server_id, evolutions(db, store, [v0, v1, v2]), start, end, start, base)
+    assert not reader.recorded
+    assert [(r.kind, r.position) for r in out if isinstance(r, SchemaChange)] == [
+        ("evolve", v1.position), ("evolve", v2.position)]
+    assert [(r.op, dict(r.after)) for r in out if isinstance(r, ChangeRecord)] == [
+        ("u", {"id": 1, "w": 10, "c": 5}), ("u", {"id": 2, "w": 2, "c": 6}), ("c", {"id": 7, "w": 70, "c": 7})]
+    # a second look finds the versions known: nothing more
+    assert ahead([v0, v1, v2]) == [] and store.table_versions(db.table("t"), 0) == [v0, v1, v2]
+

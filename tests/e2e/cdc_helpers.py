@@ -105,10 +105,12 @@ class Pipeline:
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
 
-    def last_log(self, app: str) -> str:
+    def last_log(self, app: str, tail: int | None = 6000) -> str:
+        """The newest log of job ``app`` without Spark's WARN lines: its last ``tail`` characters (None: all)."""
         logs = sorted((self.tmp / "jobs").glob(f"{app}-*.log"), key=lambda p: p.stat().st_mtime)
         text = logs[-1].read_text(errors="replace") if logs else "(no log)"
-        return "\n".join(line for line in text.splitlines() if " WARN " not in line)[-6000:]
+        text = "\n".join(line for line in text.splitlines() if " WARN " not in line)
+        return text if tail is None else text[-tail:]
 
 
 def stream_state(state: StateStore) -> str | None:

@@ -3,8 +3,9 @@ sinks, compared column by column with MariaDB: a jdbc mirror read with plain SQL
 pyarrow alone, and each sink through its own reader.
 
 Covered: an ALTER met by a stream that started after it (the pending changes before it are decoded with the
-definition they were written under), a kill right after a batch applied it (the re-run decodes the old rows
-again), and ALTERs while a continuous stream runs beside a concurrent writer. Nothing is re-snapshotted: the
+definition they were written under; recorded before the query's first batch, or when a later batch holding it
+is planned), a kill right after a batch applied it (the re-run decodes the old rows again), and ALTERs while a
+continuous stream runs beside a concurrent writer (met by the tasks reading them). Nothing is re-snapshotted: the
 stream records an ``evolve`` change and no table is held.
 """
 
@@ -63,7 +64,7 @@ def test_alter_between_runs_is_applied_in_place_with_pending_old_rows_and_a_kill
     once = tmp_path / "fault-once"
     res = p.stream(max_bytes=2_000, check=False,
                    fault={"point": "after_schema_change", "action": "kill", "once": str(once)})
-    assert res.returncode != 0 and once.exists(), "the injected kill did not happen"
+    assert res.returncode != 0 and once.exists(), "the injected kill did not happen\n" + p.last_log("binlog_stream")
     p.stream(max_bytes=3_000)
     assert p.state.read_status().state == "finished"
     assert evolved(p) == [("evolve", "t"), ("evolve", "t")]
@@ -76,9 +77,15 @@ def test_alter_between_runs_is_applied_in_place_with_pending_old_rows_and_a_kill
                            stream_version=2)
     assert verdict.equal and verdict.sink_version == 2 and verdict.source_rows == len(want), verdict.to_dict()
 
-    # a later run restarts from the checkpoint with the recorded versions and goes on
-    db.execute("UPDATE t SET title = 'later', qty = 7000000000 WHERE id = 5")
-    p.stream()
+    # a later run restarts from the checkpoint with the recorded versions and goes on; its first batch holds no
+    # ALTER, a later one does: that batch's ALTER is recorded when the batch is planned, before any task reads it
+    db.execute("UPDATE t SET qty = qty + 1 WHERE id BETWEEN 100 AND 199")  # one transaction over 3,000 bytes
+    db.execute("ALTER TABLE t ADD COLUMN e INT NOT NULL DEFAULT 9")
+    db.execute("UPDATE t SET title = 'later', qty = 7000000000, e = 1 WHERE id = 5")
+    p.stream(max_bytes=3_000)
+    log = p.last_log("binlog_stream", tail=None)
+    assert "version 3 from" in log and "first batch's ALTERs" not in log and "Exception in task" not in log, log[-6000:]
+    assert evolved(p) == [("evolve", "t")] * 3
     assert_sink_equals_source(p, spark, postgres, db, sink_type, "t")
 
 
