@@ -11,16 +11,14 @@ checked against every later TABLE_MAP: a version that does not describe the rows
 from __future__ import annotations
 
 import logging
-from typing import Mapping
-
-from typing import Any, Collection
+from typing import Any, Collection, Mapping
 
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.offsets import BinlogOffset, EventPosition
 from airflow_cdc_provider.core.schema_changes import RESYNC
 from airflow_cdc_provider.source.binlog import DefinitionsChanged, Evolutions, TableChangeReader, read_changes_between
 from airflow_cdc_provider.source.ddl import column_changes
-from airflow_cdc_provider.source.schema import TableConfigError, column_types, load_schema
+from airflow_cdc_provider.source.schema import TableConfigError, column_type_of, column_types, load_schema
 from airflow_cdc_provider.source.schema_evolution import evolve_definition
 from airflow_cdc_provider.source.settings import ConnectionSettings
 from airflow_cdc_provider.source.table_versions import TableVersion, sink_versions, version_at
@@ -75,14 +73,17 @@ class StreamEvolutions(Evolutions):
         for _ in read_changes_between(settings, server_id, first, stop, schemas, scanner):
             pass
 
-    def definitions_changed(self, conn: Any) -> bool:
-        """Whether a table applied in place has another definition on the source now than its newest version:
-        the binlog ahead then holds an ALTER of it (one query; ``conn``: a connection to the source)."""
-        tables = [t for t, behaviour in self.behaviours.items() if behaviour in IN_PLACE_BEHAVIOURS and t in self.chains]
+    def definitions_changed(self, conn: Any, held: Collection[TableId] = ()) -> bool:
+        """Whether a table applied in place has another definition on the source now than its newest version: the
+        binlog ahead then holds an ALTER of it that can be recorded (one query; ``conn``: a connection to the
+        source). Tables ``held`` for a re-snapshot, and tables gone from the source, have nothing to record."""
+        tables = [t for t, behaviour in self.behaviours.items()
+                  if behaviour in IN_PLACE_BEHAVIOURS and t in self.chains and t not in held]
         if not self.in_place or not tables:
             return False
         now = column_types(conn, tables)
-        return any(now.get(t) != [(c.name, c.column_type) for c in self.chains[t][-1].schema.columns] for t in tables)
+        return any(t in now and now[t] != [column_type_of(c) for c in self.chains[t][-1].schema.columns]
+                   for t in tables)
 
     def record_between(self, settings: ConnectionSettings, server_id: int, start: BinlogOffset, stop: BinlogOffset,
                        covered_through: Mapping[TableId, tuple[int, int, int]],

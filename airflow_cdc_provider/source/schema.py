@@ -259,21 +259,36 @@ def load_schemas(
     return [load_schema(conn, t, chunk_keys.get(str(t))) for t in tables]
 
 
-def column_types(conn: Any, tables: Iterable[TableId]) -> dict[TableId, list[tuple[str, str]]]:
-    """Each table's ``(column, full type)`` pairs now, in order, in one query (a table that is gone is absent):
-    enough to tell whether a definition still describes the table, without loading every table's schema."""
+
+ColumnFacts = tuple[str, str, bool, "str | None", "str | None"]  # name, full type, nullable, charset, collation
+
+
+def column_type_of(column: Column) -> ColumnFacts:
+    """What ``column_types`` says of a column: name, full type, nullability, character set, collation."""
+    return column.name, column.column_type, column.nullable, column.charset, column.collation
+
+
+def column_types(conn: Any, tables: Iterable[TableId]) -> dict[TableId, list[ColumnFacts]]:
+    """Each table's columns now (``column_type_of`` each), in order, in one query; a table that is gone is absent.
+    Enough to tell whether a definition still describes the table, without loading every table's schema."""
     wanted = set(tables)
     databases = sorted({t.database for t in wanted})
-    if not databases:
+    names = sorted({t.table for t in wanted})
+    if not wanted:
         return {}
-    out: dict[TableId, list[tuple[str, str]]] = {}
+    out: dict[TableId, list[ColumnFacts]] = {}
     with conn.cursor() as cur:
         cur.execute(
-            "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS "
-            f"WHERE TABLE_SCHEMA IN ({', '.join(['%s'] * len(databases))}) "
-            "ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION", databases)
-        for database, name, column, column_type in cur.fetchall():
+            "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, CHARACTER_SET_NAME, "
+            f"COLLATION_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA IN ({_placeholders(databases)}) "
+            f"AND TABLE_NAME IN ({_placeholders(names)}) ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION",
+            databases + names)
+        for database, name, column, column_type, nullable, charset, collation in cur.fetchall():
             table = TableId(database, name)
             if table in wanted:
-                out.setdefault(table, []).append((column, str(column_type)))
+                out.setdefault(table, []).append((column, str(column_type), nullable == "YES", charset, collation))
     return out
+
+
+def _placeholders(values: Sequence[Any]) -> str:
+    return ", ".join(["%s"] * len(values))

@@ -83,6 +83,13 @@ class ConnectionSettings:
     server_id_range: tuple[int, int] = DEFAULT_SERVER_ID_RANGE
     conn_id: str | None = None
 
+    def replica_server_id(self, base: int, offset: int) -> int:
+        """The server id ``offset`` places after ``base`` (a stream's own id), wrapped inside
+        ``server_id_range``: the stream's readers and scans each take their own."""
+        lo, hi = self.server_id_range
+        base = base if lo <= base <= hi else lo
+        return lo + (base - lo + offset) % (hi - lo + 1)
+
     # -- parsing --------------------------------------------------------------------------------------
     @classmethod
     def from_airflow_conn(cls, text: str, conn_id: str | None = None) -> "ConnectionSettings":

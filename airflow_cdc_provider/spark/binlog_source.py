@@ -299,13 +299,20 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """When a table's definition changed on the source, the batch's ALTERs are recorded before its tasks
         run; if that recorded any, the batch stops here (``DefinitionsChanged``), before anything is read: the
         query starts again with the versions, which is cheaper than a task meeting them."""
+        import logging
+
         from airflow_cdc_provider.source.binlog import DefinitionsChanged
 
-        if not self.evolutions.definitions_changed(self.conn):
+        held = self._held()
+        try:
+            if not self.evolutions.definitions_changed(self.conn, held):
+                return
+            # the replica id no task of the batch uses (they take 0..parallelism-1, their scans above it)
+            recorded = self.evolutions.record_between(self.settings, self._server_id(self.parallelism), begin, stop,
+                                                      self.covered_through, held)
+        except Exception as exc:  # the tasks record what this did not: a failure here costs time, nothing else
+            logging.getLogger("airflow_cdc.binlog").warning("the batch's ALTERs were not read ahead: %s", exc)
             return
-        # the replica id no task of the batch uses (they take 0..parallelism-1, their scans above it)
-        recorded = self.evolutions.record_between(self.settings, self._server_id(self.parallelism), begin, stop,
-                                                  self.covered_through, self._held())
         if recorded:
             first = recorded[0]
             raise DefinitionsChanged(first.table, first.change, first.version, len(recorded) - 1)
@@ -357,9 +364,7 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _server_id(self, index: int) -> int:
         """The stream's own id plus ``1 + index``, wrapped inside the connection's ``server_id_range``."""
-        lo, hi = self.settings.server_id_range
-        base = self.spec.server_id if lo <= self.spec.server_id <= hi else lo
-        return lo + (base - lo + 1 + index) % (hi - lo + 1)
+        return self.settings.replica_server_id(self.spec.server_id, 1 + index)
 
     def _emit(self, records: list) -> list[tuple]:
         """The rows of the records the emit filter passes, and of every schema change (the reader already left

@@ -283,24 +283,34 @@ class StreamJob:
         log.info("stream job set up in %.2fs (%d tables)", time.monotonic() - t0, len(self.types))
 
     def _record_ahead(self, conn, settings, seed, in_place: bool) -> bool:
-        """Records the versions of the ALTERs in the query's first batch before it starts (the batch as the
-        source will plan it, towards the server's position now), when a table's definition has changed; whether
-        any was recorded. The query then reads the batch with them, with no attempt failing on them."""
+        """Records the versions of the ALTERs in the query's first batch before it starts, when a table's
+        definition has changed (``StreamEvolutions.record_between``); whether any was recorded. The batch: the one
+        the checkpoint planned and did not commit, or one from where the query starts towards the server's
+        position now, capped as the source caps it. The query then reads it with them, with no attempt failing
+        on them; a failure here only leaves the recording to the source's planning and tasks, as without it."""
         start = self.store.checkpoint_offset() or (seed.start if seed is not None else None)
         if start is None:  # no seed: the startup mode says where the query starts, once it runs
             return False
         stream = self.spec.stream
         evolutions = StreamEvolutions(self.versions, self.epochs, self.spec.state_path, partial(connect, settings),
                                       {t: stream.schema_changes_for(t) for t in self.versions}, in_place=in_place)
-        now = current_offset(conn)
-        if not now > start or not evolutions.definitions_changed(conn):
-            return False
-        t0 = time.monotonic()
-        stop, _ = BinlogMap(conn).batch_end(start, now, stream.max_batch_bytes)
         tables = {TableId.parse(t) for t in self.versions}
         covered = covered_through(seed, tables)
-        recorded = evolutions.record_between(settings, self.spec.server_id, start, stop, covered,
-                                             held_tables(self.store, tables, covered))
+        held = held_tables(self.store, tables, covered)
+        t0 = time.monotonic()
+        try:
+            if not evolutions.definitions_changed(conn, held):
+                return False
+            stop = self.store.planned_batch_end()
+            if stop is None:
+                now = current_offset(conn)
+                stop = BinlogMap(conn).batch_end(start, now, stream.max_batch_bytes)[0] if now > start else start
+            # the stream's own id: none of its readers runs before its query starts
+            recorded = evolutions.record_between(settings, settings.replica_server_id(self.spec.server_id, 0), start,
+                                                 stop, covered, held)
+        except Exception as exc:
+            log.warning("the first batch's ALTERs were not read ahead (its tasks will record them): %s", exc)
+            return False
         if recorded:
             log.info("the first batch's ALTERs read in %.2fs: %s", time.monotonic() - t0,
                      ", ".join(f"{r.table} version {r.version.number}" for r in recorded))

@@ -320,9 +320,19 @@ class StateStore:
         (``offsets/<batch>``: a version line, the batch's metadata, then the source's offset). None before the
         first committed batch, or when the checkpoint is not one of this source's."""
         committed = self._committed_batches()
-        if not committed:
+        return self._batch_end(committed[-1]) if committed else None
+
+    def planned_batch_end(self) -> BinlogOffset | None:
+        """Where the batch a restarted stream re-runs first ends: the end Spark's checkpoint recorded for a batch
+        planned after the last committed one; None when there is none (the next batch is planned anew)."""
+        planned = sorted(int(n) for n in self.storage.listdir(f"{self.CHECKPOINT}/offsets") if n.isdigit())
+        committed = self._committed_batches()
+        if not planned or (committed and planned[-1] <= committed[-1]):
             return None
-        text = self.storage.read_text(f"{self.CHECKPOINT}/offsets/{committed[-1]}")
+        return self._batch_end(planned[-1])
+
+    def _batch_end(self, batch: int) -> BinlogOffset | None:
+        text = self.storage.read_text(f"{self.CHECKPOINT}/offsets/{batch}")
         lines = [line for line in (text or "").splitlines() if line.strip()]
         try:
             return BinlogOffset.from_dict(json.loads(lines[2]))

@@ -129,4 +129,9 @@ def test_the_first_batchs_alters_are_recorded_before_its_read_and_only_when_a_de
         ("u", {"id": 1, "w": 10, "c": 5}), ("u", {"id": 2, "w": 2, "c": 6}), ("c", {"id": 7, "w": 70, "c": 7})]
     # a second look finds the versions known: nothing more
     assert ahead([v0, v1, v2]) == [] and store.table_versions(db.table("t"), 0) == [v0, v1, v2]
+    # a change of nullability alone is a change of the definition; a table held for its re-snapshot has none to record
+    db.execute("ALTER TABLE t MODIFY c INT NULL DEFAULT 5")
+    with db.connection() as conn:
+        assert evolutions(db, store, [v0, v1, v2]).definitions_changed(conn)
+        assert not evolutions(db, store, [v0, v1, v2]).definitions_changed(conn, held={base.table})
 

@@ -121,3 +121,20 @@ def test_a_started_window_tells_a_retry_which_chunks_an_earlier_attempt_began(st
     assert store.mark_window_started("db.t", 0, [0, 1, 2]) == {0, 1, 2}  # the same window, retried
     assert store.mark_window_started("db.t", 0, [2, 3, 4, 5]) == {2, 3, 4}  # regrouped: 5 is new
     assert store.mark_window_started("db.t", 1, [0]) == set()  # a re-snapshot starts afresh
+
+
+def test_where_a_restarted_stream_reads_from_and_where_its_first_batch_ends_come_from_sparks_checkpoint(store):
+    def offsets(batch, file, pos):  # Spark's offsets/<batch>: a version line, the batch's metadata, the source's offset
+        store.storage.write_text(f"{store.CHECKPOINT}/offsets/{batch}",
+                                 "v1\n{\"batchWatermarkMs\":0}\n" + json.dumps({"file": file, "pos": pos, "gtid": None,
+                                                                                "ts_ms": 0, "behind": False}))
+
+    assert store.checkpoint_offset() is None and store.planned_batch_end() is None
+    offsets(0, "b.000001", 400)
+    # planned, not committed: a restart re-runs it from the start, to the end it recorded
+    assert store.checkpoint_offset() is None and store.planned_batch_end() == BinlogOffset("b.000001", 400)
+    store.storage.write_text(f"{store.CHECKPOINT}/commits/0", "v1\n{}")
+    assert store.checkpoint_offset() == BinlogOffset("b.000001", 400) and store.planned_batch_end() is None
+    offsets(1, "b.000002", 4)
+    assert store.checkpoint_offset() == BinlogOffset("b.000001", 400)
+    assert store.planned_batch_end() == BinlogOffset("b.000002", 4)
