@@ -303,8 +303,8 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         from airflow_cdc_provider.source.binlog import DefinitionsChanged
 
-        held = self._held()
         try:
+            held = self._held()
             if not self.evolutions.definitions_changed(self.conn, held):
                 return
             # the replica id no task of the batch uses (they take 0..parallelism-1, their scans above it)

@@ -288,17 +288,17 @@ class StreamJob:
         the checkpoint planned and did not commit, or one from where the query starts towards the server's
         position now, capped as the source caps it. The query then reads it with them, with no attempt failing
         on them; a failure here only leaves the recording to the source's planning and tasks, as without it."""
-        start = self.store.checkpoint_offset() or (seed.start if seed is not None else None)
-        if start is None:  # no seed: the startup mode says where the query starts, once it runs
-            return False
-        stream = self.spec.stream
-        evolutions = StreamEvolutions(self.versions, self.epochs, self.spec.state_path, partial(connect, settings),
-                                      {t: stream.schema_changes_for(t) for t in self.versions}, in_place=in_place)
-        tables = {TableId.parse(t) for t in self.versions}
-        covered = covered_through(seed, tables)
-        held = held_tables(self.store, tables, covered)
         t0 = time.monotonic()
         try:
+            start = self.store.checkpoint_offset() or (seed.start if seed is not None else None)
+            if start is None:  # no seed: the startup mode says where the query starts, once it runs
+                return False
+            stream = self.spec.stream
+            evolutions = StreamEvolutions(self.versions, self.epochs, self.spec.state_path, partial(connect, settings),
+                                          {t: stream.schema_changes_for(t) for t in self.versions}, in_place=in_place)
+            tables = {TableId.parse(t) for t in self.versions}
+            covered = covered_through(seed, tables)
+            held = held_tables(self.store, tables, covered)
             if not evolutions.definitions_changed(conn, held):
                 return False
             stop = self.store.planned_batch_end()

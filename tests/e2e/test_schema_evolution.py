@@ -42,7 +42,7 @@ def evolved(p) -> list[tuple[str, str]]:
     return [(c.kind, c.table.table) for c in p.state.schema_changes()]
 
 
-@pytest.mark.parametrize("sink_type", ["parquet", "jdbc"])
+@pytest.mark.parametrize("sink_type", ["jdbc"])  # parquet's versions through the real jobs: the continuous test
 def test_alter_between_runs_is_applied_in_place_with_pending_old_rows_and_a_kill_after_it(
         source_db, tmp_path, spark, postgres, sink_type):
     db = source_db
@@ -77,9 +77,10 @@ def test_alter_between_runs_is_applied_in_place_with_pending_old_rows_and_a_kill
                            stream_version=2)
     assert verdict.equal and verdict.sink_version == 2 and verdict.source_rows == len(want), verdict.to_dict()
 
-    # a later run restarts from the checkpoint with the recorded versions and goes on; its first batch holds no
-    # ALTER, a later one does: that batch's ALTER is recorded when the batch is planned, before any task reads it
-    db.execute("UPDATE t SET qty = qty + 1 WHERE id BETWEEN 100 AND 199")  # one transaction over 3,000 bytes
+    # a later run restarts from the checkpoint with the recorded versions and goes on. Its first batch holds no
+    # ALTER (small transactions, a few per batch); a later batch's ALTER is recorded when that batch is planned,
+    # before any task reads it
+    db.executemany("UPDATE t SET qty = qty + 1 WHERE id = %s", [(i,) for i in range(100, 130)])
     db.execute("ALTER TABLE t ADD COLUMN e INT NOT NULL DEFAULT 9")
     db.execute("UPDATE t SET title = 'later', qty = 7000000000, e = 1 WHERE id = 5")
     p.stream(max_bytes=3_000)
