@@ -259,7 +259,6 @@ def load_schemas(
     return [load_schema(conn, t, chunk_keys.get(str(t))) for t in tables]
 
 
-
 ColumnFacts = tuple[str, str, bool, "str | None", "str | None"]  # name, full type, nullable, charset, collation
 
 
