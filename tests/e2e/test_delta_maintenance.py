@@ -66,7 +66,7 @@ def test_maintenance_by_hand_and_by_its_dag_keeps_rows_and_transactions(airflow_
     p.collect()
     uri = table_uri(p, source_db, "orders")
     # small batches of new keys: each MERGE's key range misses the table's files, so each batch adds a file
-    insert_batches(source_db, 1000, 12)
+    insert_batches(source_db, 1000, 6)
     # killed once batch 1 is in the Delta table and before Spark committed it: the restart replays batch 1
     once = tmp_path / "fault-once"
     res = p.stream(fault={"point": "mid_batch", "action": "kill", "match": "batch 1", "once": str(once)},
@@ -109,7 +109,7 @@ def test_maintenance_by_hand_and_by_its_dag_keeps_rows_and_transactions(airflow_
     assert_readers_equal_source(p, source_db, "orders")
 
     # the maintenance DAG the factory builds next to the pipeline's (z-order by the key this time)
-    insert_batches(source_db, 2000, 4)
+    insert_batches(source_db, 2000, 3)
     source_db.execute("UPDATE orders SET note = 'late', v = -v WHERE id BETWEEN 2000 AND 2010")
     source_db.execute("DELETE FROM orders WHERE id BETWEEN 2030 AND 2035")
     p.stream(max_bytes=1_000)
