@@ -142,7 +142,7 @@ def list_tables(conn: Any, table_types: Sequence[str] = ("BASE TABLE", "SYSTEM V
     with conn.cursor() as cur:
         cur.execute(
             "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
-            f"WHERE TABLE_TYPE IN ({', '.join(['%s'] * len(table_types))}) AND TABLE_SCHEMA NOT IN "
+            f"WHERE TABLE_TYPE IN ({_placeholders(table_types)}) AND TABLE_SCHEMA NOT IN "
             "('mysql', 'information_schema', 'performance_schema', 'sys') ORDER BY 1, 2",
             tuple(table_types),
         )
@@ -259,7 +259,7 @@ def load_schemas(
     return [load_schema(conn, t, chunk_keys.get(str(t))) for t in tables]
 
 
-ColumnFacts = tuple[str, str, bool, "str | None", "str | None"]  # name, full type, nullable, charset, collation
+ColumnFacts = tuple[str, str, bool, str | None, str | None]  # name, full type, nullable, charset, collation
 
 
 def column_type_of(column: Column) -> ColumnFacts:
@@ -271,10 +271,10 @@ def column_types(conn: Any, tables: Iterable[TableId]) -> dict[TableId, list[Col
     """Each table's columns now (``column_type_of`` each), in order, in one query; a table that is gone is absent.
     Enough to tell whether a definition still describes the table, without loading every table's schema."""
     wanted = set(tables)
-    databases = sorted({t.database for t in wanted})
-    names = sorted({t.table for t in wanted})
     if not wanted:
         return {}
+    databases = sorted({t.database for t in wanted})
+    names = sorted({t.table for t in wanted})
     out: dict[TableId, list[ColumnFacts]] = {}
     with conn.cursor() as cur:
         cur.execute(
