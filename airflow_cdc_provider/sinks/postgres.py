@@ -23,6 +23,8 @@ The dialect is small on purpose: a MySQL/MariaDB target needs ``INSERT ... ON DU
 from __future__ import annotations
 
 import contextlib
+import io
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
@@ -50,6 +52,8 @@ META_PG_TYPES = {"string": "text", "bigint": "bigint", "int": "integer"}
 PG_IDENTIFIER_MAX = 63
 OWN_COLUMNS = frozenset({*META_NAMES, "_cdc_deleted", "_cdc_chunk"})  # the mirror's columns that are not data
 VERSIONS_TABLE = "_cdc_schema_versions"  # per mirror table, the table version its columns are at
+STAGING_TABLE = "_cdc_staging"  # a write's rows on their way in: a temporary table, dropped at commit
+COPY_PAGE_ROWS = 50_000  # rows COPYed and merged at a time
 
 
 def pg_ident(name: str) -> str:
@@ -59,6 +63,11 @@ def pg_ident(name: str) -> str:
 def with_params(sql: str) -> str:
     """``sql`` (names, no placeholders) inside a statement psycopg2 fills in: a ``%`` of a name doubled."""
     return sql.replace("%", "%%")
+
+
+def bytea_text(value: Any) -> str | None:
+    """A ``bytea`` value as PostgreSQL's hex input text (``\\x0a1b``), as COPY takes it."""
+    return None if value is None else "\\x" + bytes(value).hex()
 
 
 def mirror_table_name(table: str) -> str:
@@ -237,44 +246,85 @@ class PostgresMirror:
         return out
 
     # -- writes ------------------------------------------------------------------------------------
-    def upsert_sql(self, table: str, data_columns: Sequence[str], key_columns: Sequence[str]) -> str:
-        """For ``psycopg2.extras.execute_values``: rows are data columns + META_COLUMNS + deleted + chunk."""
-        cols = [*data_columns, *(n for n, _ in META_COLUMNS), "_cdc_deleted", "_cdc_chunk"]
+    def mirror_columns(self, data_columns: Sequence[str]) -> list[str]:
+        """The columns a write carries, in order: the data columns, META_COLUMNS, deleted, chunk."""
+        return [*data_columns, *(n for n, _ in META_COLUMNS), "_cdc_deleted", "_cdc_chunk"]
+
+    def upsert_sql(self, table: str, data_columns: Sequence[str], key_columns: Sequence[str], rows_from: str) -> str:
+        """The versioned upsert of ``rows_from`` (a query giving ``mirror_columns`` in order) into the mirror."""
+        cols = self.mirror_columns(data_columns)
         updates = [c for c in cols if c not in key_columns and c != "_cdc_chunk"]
         v = ", ".join(pg_ident(c) for c in VERSION_COLUMNS)
         ev = ", ".join(f"EXCLUDED.{pg_ident(c)}" for c in VERSION_COLUMNS)
-        q = lambda name: with_params(pg_ident(name))  # noqa: E731
         return (
-            f"INSERT INTO {with_params(self.qualified(table))} AS t ({', '.join(q(c) for c in cols)}) VALUES %s "
-            f"ON CONFLICT ({', '.join(q(k) for k in key_columns)}) DO UPDATE SET "
-            + ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in updates)
+            f"INSERT INTO {self.qualified(table)} AS t ({', '.join(pg_ident(c) for c in cols)}) {rows_from} "
+            f"ON CONFLICT ({', '.join(pg_ident(k) for k in key_columns)}) DO UPDATE SET "
+            + ", ".join(f"{pg_ident(c)} = EXCLUDED.{pg_ident(c)}" for c in updates)
             + f" WHERE (t.{v.replace(', ', ', t.')}) < ({ev})"
         )
 
-    def upsert(self, table: str, data_columns: Sequence[str], key_columns: Sequence[str],
-               rows: Iterable[Sequence[Any]], page_size: int = 1000) -> int:
-        """Upsert rows (one per key; dedupe before calling) in pages; returns how many were sent."""
-        from psycopg2.extras import execute_values
+    def upsert_batches(self, table: str, data_columns: Sequence[str], key_columns: Sequence[str],
+                       batches: Iterable[Any], page_rows: int = COPY_PAGE_ROWS) -> int:
+        """Upsert Arrow record batches, columns by position as ``mirror_columns`` (``bytea`` columns as
+        ``\\x`` hex text, ``bytea_text``; one row per key: dedupe before calling), in one transaction; returns
+        how many rows were sent.
 
-        sql = self.upsert_sql(table, data_columns, key_columns)
+        Each page of about ``page_rows`` rows is COPYed as CSV into a temporary table and merged with one
+        ``INSERT ... SELECT ... ON CONFLICT``: PostgreSQL parses and merges the rows itself, several times
+        faster than statements built row by row in Python."""
+        import pyarrow as pa
+        import pyarrow.csv as pa_csv
+
+        cols = self.mirror_columns(data_columns)
+        names = ", ".join(pg_ident(c) for c in cols)
+        copy_sql = f"COPY pg_temp.{pg_ident(STAGING_TABLE)} ({names}) FROM STDIN WITH (FORMAT csv)"
+        merge_sql = self.upsert_sql(table, data_columns, key_columns,
+                                    f"SELECT {names} FROM pg_temp.{pg_ident(STAGING_TABLE)}")
+        options = pa_csv.WriteOptions(include_header=False)  # strings quoted, NULL an empty field: as COPY reads
         n = 0
-        conn = self.connect()
+        conn = None
         try:
-            with conn.cursor() as cur:
-                page: list[Sequence[Any]] = []
-                for row in rows:
-                    page.append(row)
-                    if len(page) >= page_size:
-                        execute_values(cur, sql, page, page_size=page_size)
-                        n += len(page)
-                        page = []
-                if page:
-                    execute_values(cur, sql, page, page_size=page_size)
-                    n += len(page)
-            conn.commit()
+            page: list[Any] = []
+            for batch in itertools.chain(batches, [None]):
+                if batch is not None and batch.num_rows:
+                    if len(batch.schema) != len(cols):
+                        raise SinkError(f"a write to {self.qualified(table)} has {len(batch.schema)} columns, "
+                                        f"not the {len(cols)} of ({names})")
+                    page.append(batch.rename_columns([f"c{i}" for i in range(len(cols))]))
+                if page and (batch is None or sum(b.num_rows for b in page) >= page_rows):
+                    if conn is None:
+                        conn = self.connect()
+                        conn.set_client_encoding("UTF8")  # what the CSV is written in
+                        cur = conn.cursor()
+                        cur.execute(f"CREATE TEMPORARY TABLE {pg_ident(STAGING_TABLE)} (LIKE "
+                                    f"{self.qualified(table)}) ON COMMIT DROP")
+                    text = io.BytesIO()
+                    pa_csv.write_csv(pa.Table.from_batches(page), text, options)
+                    text.seek(0)
+                    cur.copy_expert(copy_sql, text)
+                    cur.execute(merge_sql)
+                    cur.execute(f"TRUNCATE pg_temp.{pg_ident(STAGING_TABLE)}")
+                    n += sum(b.num_rows for b in page)
+                    page = []
+            if conn is not None:
+                conn.commit()
         finally:
-            conn.close()
+            if conn is not None:
+                conn.close()
         return n
+
+    def upsert(self, table: str, data_columns: Sequence[str], key_columns: Sequence[str],
+               rows: Iterable[Sequence[Any]]) -> int:
+        """``upsert_batches`` of Python rows (tuples as ``mirror_columns``; ``bytes`` for ``bytea``)."""
+        import pyarrow as pa
+
+        columns = list(zip(*rows))
+        if not columns:
+            return 0
+        arrays = [pa.array([bytea_text(v) for v in c]) if any(isinstance(v, (bytes, bytearray, memoryview)) for v in c)
+                  else pa.array(c) for c in columns]
+        batch = pa.RecordBatch.from_arrays(arrays, names=[f"c{i}" for i in range(len(arrays))])
+        return self.upsert_batches(table, data_columns, key_columns, [batch])
 
     def _tombstone(self, cur: Any, table: str, condition: str, params: tuple, op: str = "d",
                    version: tuple | None = None) -> int:
@@ -456,12 +506,16 @@ class PostgresSink(Sink):
         table = str(types.schema.table)
         data_cols = types.schema.column_names
         keys = list(types.schema.key_columns)
-        # Spark hands TimestampType to Python as local wall clock; as timestamp_ntz in the UTC session zone
-        # it is the UTC wall clock, which PostgreSQL (session zone UTC) stores as the right instant.
+        # A timestamp goes as timestamp_ntz in the UTC session zone, the UTC wall clock, which PostgreSQL (session
+        # zone UTC) stores as the right instant; ``bytea`` as its hex input text (``PostgresMirror.upsert_batches``).
         data = []
         for c, t in zip(types.schema.columns, types.types, strict=True):
             ref = col(c.name)
-            data.append((ref.cast("timestamp_ntz") if t.spark == "timestamp" else ref).alias(c.name))
+            if t.spark == "timestamp":
+                ref = ref.cast("timestamp_ntz")
+            elif t.spark == "binary":
+                ref = F.concat(F.lit("\\x"), F.hex(ref))
+            data.append(ref.alias(c.name))
         out = df.select(
             *data, *[F.col(n) for n in META_NAMES],
             (F.col("_cdc_op") == "d").alias("_cdc_deleted"),
@@ -472,8 +526,7 @@ class PostgresSink(Sink):
         def write_partition(batches):
             import pyarrow as pa
 
-            rows = (row for b in batches for row in zip(*(c.to_pylist() for c in b.columns)))
-            yield pa.RecordBatch.from_pydict({"rows": [mirror.upsert(table, data_cols, keys, rows)]})
+            yield pa.RecordBatch.from_pydict({"rows": [mirror.upsert_batches(table, data_cols, keys, batches)]})
 
         # a DataFrame action (not foreachPartition, an RDD's), so an observation of ``df`` sees it; rows reach
         # Python as Arrow columns, by position (mapInArrow refers to columns by name, unquoted)
