@@ -25,6 +25,10 @@ from airflow_cdc_provider.testing.postgres import PrivatePostgres
 # Spark hands TimestampType values to Python in the process's local zone; compare in UTC.
 os.environ["TZ"] = "UTC"
 time.tzset()
+# The JVMs the tests start (spark-submit drivers, Connect servers, the in-process session) compile with C1 only:
+# a job over test-sized data ends before C2's compilations pay for themselves, and on a small machine its
+# compiler threads take the cores the job's start needs. Behaviour does not depend on the JIT.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
 
 TIERS = ("unit", "component", "e2e")
 _db_counter = itertools.count(1)
