@@ -20,6 +20,7 @@ from airflow_cdc_provider.sinks.base import SinkConfig
 from airflow_cdc_provider.state.store import table_dir_name
 
 ALIAS_PREFIX = "cdc_sink:"
+WATCHER_PREFIX = "cdc_stream_batches:"
 POSTGRES_PORT = 5432
 
 
@@ -58,17 +59,30 @@ def table_asset_uri(sink: SinkConfig, table: str) -> str:
     raise ValueError(f"sink.type {sink.type!r} has no Asset URI form: add one to {__name__}.table_asset_uri")
 
 
-def table_asset(config: str, table: str):
-    """The Asset of ``table`` in the sink of the pipeline YAML ``config``, for a downstream DAG's ``schedule``."""
+def table_asset(config: str, table: str, per_batch: bool = False, poll_interval: float = 5.0):
+    """The Asset of ``table`` in the sink of the pipeline YAML ``config``, for a downstream DAG's ``schedule``.
+
+    Its events come when a task of the pipeline wrote the table (a snapshot made current, a stream task's end).
+    ``per_batch``: also while a continuous stream runs, at most one event per ``poll_interval`` seconds in which
+    it wrote rows of the table (an ``AssetWatcher`` whose trigger reads the stream's status in the state store;
+    Airflow runs it in the triggerer while a DAG scheduled on the asset is unpaused)."""
     from airflow.sdk import Asset
 
     from airflow_cdc_provider.pipeline.config import load_config
-    from airflow_cdc_provider.pipeline.resolve import data_home
+    from airflow_cdc_provider.pipeline.resolve import data_home, resolve_state
     from airflow_cdc_provider.sinks.registry import sink_class
 
     cfg = load_config(config)
     sink, _ = sink_class(cfg.sink.type).resolve(cfg.sink, data_home() / cfg.dag_id)
-    return Asset(uri=table_asset_uri(sink, table))
+    uri = table_asset_uri(sink, table)
+    if not per_batch:
+        return Asset(uri=uri)
+    from airflow.sdk import AssetWatcher
+
+    from airflow_cdc_provider.triggers.stream_batches import StreamBatchesTrigger
+
+    trigger = StreamBatchesTrigger(resolve_state(cfg).uri, table, poll_interval)
+    return Asset(uri=uri, watchers=[AssetWatcher(name=f"{WATCHER_PREFIX}{cfg.dag_id}:{table}", trigger=trigger)])
 
 
 def emit_table_events(operator: Any, context: Mapping[str, Any], sink: SinkConfig,

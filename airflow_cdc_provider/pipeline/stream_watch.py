@@ -95,3 +95,27 @@ def lease_alive(lease: StreamLease, status: StreamStatus | None, *, now: float, 
     if status is not None and status.launch_id == lease.launch_id:
         return status.state in RUNNING_STATES and now - status.updated_at <= heartbeat_timeout
     return now - lease.acquired_at <= heartbeat_timeout
+
+
+@dataclass(frozen=True)
+class BatchCursor:
+    """How far a watcher of one table's stream batches has reported: the launch, and the rows of the table that
+    launch had written then."""
+
+    launch_id: str | None = None
+    rows: int = 0
+
+
+def new_batches(status: StreamStatus | None, table: str, seen: BatchCursor) -> tuple[dict[str, Any] | None, BatchCursor]:
+    """What the stream wrote of ``table`` since ``seen``, as an asset event's payload (None: nothing new), and the
+    cursor after it. A new launch counts from zero; its status counts a batch once the sink holds it."""
+    if status is None or status.launch_id is None:
+        return None, seen
+    rows = int(status.rows_by_table.get(table, 0))
+    before = seen.rows if status.launch_id == seen.launch_id else 0
+    cursor = BatchCursor(status.launch_id, rows)
+    if rows <= before:
+        return None, cursor
+    at = f"{status.last_offset.file}:{status.last_offset.pos}" if status.last_offset else None
+    return {"kind": "stream batches", "table": table, "rows": rows - before, "batch_id": status.batch_id,
+            "launch_id": status.launch_id, "position": at}, cursor

@@ -33,6 +33,7 @@ from .test_generated_dag import make_shop
 
 CLI = str(Path(sys.executable).parent / "airflow-cdc")
 DAG_ID = "shop_cdc"
+CONSUMER = "orders_batches"  # scheduled on the orders table's Asset per stream batch
 TABLES = ("orders", "customers")
 ORDERS = 1000
 FINAL = ("success", "failed")
@@ -118,6 +119,19 @@ def wait_run_ended(dep, run_id: str, timeout: float) -> str:
     return wait_until(ended, f"DAG run {run_id} to end", timeout, 5.0)
 
 
+def write_consumer(dags: Path, config: Path, table: str) -> None:
+    """A downstream DAG that runs on the asset events of ``table`` the running stream's batches make."""
+    (dags / f"{CONSUMER}.py").write_text(
+        "from airflow.sdk import DAG, task\n"
+        "from airflow_cdc_provider.operators.assets import table_asset\n\n"
+        f"with DAG({CONSUMER!r}, schedule=[table_asset({str(config)!r}, {table!r}, per_batch=True, "
+        "poll_interval=2)]):\n"
+        "    @task\n"
+        "    def read_new_rows():\n"
+        "        pass\n\n"
+        "    read_new_rows()\n")
+
+
 def test_continuous_pipeline_in_an_airflow_deployment(source_db, postgres, tmp_path, spark):
     dags, pipelines = tmp_path / "dags", tmp_path / "pipelines"
     dags.mkdir()
@@ -129,6 +143,8 @@ def test_continuous_pipeline_in_an_airflow_deployment(source_db, postgres, tmp_p
         "stream:\n  mode: continuous\n  trigger_interval: 1 second\n  heartbeat_timeout: 60\n"))
     state, sink = StateStore(tmp_path / "state"), parquet_sink(tmp_path)
     orders = source_db.table("orders")
+    uri = f"file://{tmp_path}/sink/{orders}"
+    write_consumer(dags, config, orders)
     lineage = tmp_path / "openlineage.jsonl"
     dep = PrivateAirflowDeployment(tmp_path / "airflow", dags, pipelines, postgres, env={
         "AIRFLOW_CONN_SRC": source_db.server.connection_uri(), "AIRFLOW_CDC_DATA": str(tmp_path / "cdc"),
@@ -138,6 +154,7 @@ def test_continuous_pipeline_in_an_airflow_deployment(source_db, postgres, tmp_p
     try:
         dep.start()
         dep.wait_dag_parsed(DAG_ID)
+        dep.wait_dag_parsed(CONSUMER)
 
         # a. the scheduled run snapshots while the application writes, and its stream task defers, the stream running
         writers.append(BoundedWriter(source_db, ops=400, rate=2, seed=1).start())
@@ -166,6 +183,25 @@ def test_continuous_pipeline_in_an_airflow_deployment(source_db, postgres, tmp_p
         source_db.execute("UPDATE orders SET note = 'live' WHERE id <= 20")
         source_db.execute("INSERT INTO customers VALUES ('live one', 'x')")
         wait_sink_equal(spark, sink, source_db, "(a) the live changes to reach the sink", 120)
+
+        # the consumer, once unpaused, runs on the asset events its watcher makes of the running stream's batches
+        dep.unpause(CONSUMER)
+        changes = itertools.count(1)
+
+        def consumer_ran():
+            dep.check_running()
+            source_db.execute("UPDATE orders SET v = v + 1 WHERE id = %s", (next(changes),))
+            ran = [r for r, s in dep.run_states(CONSUMER).items() if s == "success"]
+            events = dep.api("GET", "/api/v2/assets/events?limit=100&order_by=-timestamp")["asset_events"]
+            batches = [e for e in events if e["uri"] == uri and e["extra"].get("from_trigger")]
+            return ran and batches and (ran, batches)
+
+        ran, batches = wait_until(consumer_ran, "(a) a consumer run on a stream batch's asset event", 240, 5.0)
+        assert all(r.startswith("asset_triggered__") for r in ran), ran
+        payload = batches[0]["extra"]["payload"]
+        assert payload["kind"] == "stream batches" and payload["table"] == orders and payload["rows"] > 0, payload
+        assert payload["launch_id"] == launch.launch_id, payload
+        dep.airflow("dags", "pause", CONSUMER)
         lease = state.read_lease()
         assert lease is not None and lease.launch_id == launch.launch_id, lease
         assert lease.holder == f"{DAG_ID}/{scheduled}/stream", lease
@@ -246,7 +282,6 @@ def test_continuous_pipeline_in_an_airflow_deployment(source_db, postgres, tmp_p
         # what Airflow recorded: the sink table's asset events (collect made the snapshots current; the stream
         # wrote rows), and OpenLineage events naming the MySQL table and the sink table
         events = dep.api("GET", f"/api/v2/assets/events?source_dag_id={DAG_ID}&limit=100")["asset_events"]
-        uri = f"file://{tmp_path}/sink/{orders}"
         kinds = {(e["source_task_id"], e["source_run_id"], e["extra"]["kind"]) for e in events if e["uri"] == uri}
         assert {("collect_watermarks", scheduled, "snapshot"), ("collect_watermarks", resnap, "snapshot"),
                 ("stream", scheduled, "stream")} <= kinds, events

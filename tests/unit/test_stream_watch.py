@@ -114,3 +114,50 @@ def test_progress_lines_come_with_new_batches_and_now_and_then_while_idle():
     assert log.line(replace(beat, batch_id=3), 111) is not None
     assert log.line(replace(beat, batch_id=3), 160) is None and log.line(replace(beat, batch_id=3), 171)  # idle
     assert log.line(replace(beat, state="stopped"), 999) is None and log.line(None, 999) is None
+
+
+def test_batches_of_a_table_are_reported_once_and_a_new_launch_counts_from_zero():
+    from airflow_cdc_provider.core.offsets import BinlogOffset
+    from airflow_cdc_provider.pipeline.stream_watch import BatchCursor, new_batches
+
+    def at(launch, rows, batch):
+        return StreamStatus("running", "continuous", launch_id=launch, rows_by_table=rows, batch_id=batch,
+                            last_offset=BinlogOffset("mariadb-bin.000003", 4000 + batch))
+
+    assert new_batches(None, "db.t", BatchCursor()) == (None, BatchCursor())
+    payload, cursor = new_batches(at("a", {"db.t": 5, "db.u": 1}, 0), "db.t", BatchCursor())
+    assert payload == {"kind": "stream batches", "table": "db.t", "rows": 5, "batch_id": 0, "launch_id": "a",
+                       "position": "mariadb-bin.000003:4000"} and cursor == BatchCursor("a", 5)
+    assert new_batches(at("a", {"db.t": 5, "db.u": 9}, 3), "db.t", cursor) == (None, cursor)  # another table's rows
+    payload, cursor = new_batches(at("a", {"db.t": 8}, 4), "db.t", cursor)
+    assert payload["rows"] == 3 and payload["batch_id"] == 4
+    payload, cursor = new_batches(at("b", {"db.t": 2}, 0), "db.t", cursor)  # a relaunch: its own count
+    assert payload["rows"] == 2 and cursor == BatchCursor("b", 2)
+    assert new_batches(at("b", {}, 1), "db.t", cursor)[0] is None
+
+
+def test_the_batches_trigger_fires_for_rows_written_after_it_started(tmp_path):
+    import asyncio
+
+    from airflow_cdc_provider.state.store import StateStore
+    from airflow_cdc_provider.triggers.stream_batches import StreamBatchesTrigger
+
+    store = StateStore(tmp_path / "state")
+    store.write_status(StreamStatus("running", "continuous", launch_id="a", rows_by_table={"db.t": 4}, batch_id=1))
+    trigger = StreamBatchesTrigger(store.uri, "db.t", poll_interval=0.05)
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "airflow_cdc_provider.triggers.stream_batches.StreamBatchesTrigger"
+    assert StreamBatchesTrigger(**kwargs).serialize() == (classpath, kwargs)
+
+    async def first_event():
+        events = trigger.run()
+        pending = asyncio.ensure_future(events.__anext__())
+        await asyncio.sleep(0.3)  # rows written before the trigger started fire nothing
+        assert not pending.done()
+        store.write_status(StreamStatus("running", "continuous", launch_id="a", rows_by_table={"db.t": 10},
+                                        batch_id=2))
+        event = await asyncio.wait_for(pending, 5)
+        await events.aclose()
+        return event
+
+    assert asyncio.run(first_event()).payload["rows"] == 6
