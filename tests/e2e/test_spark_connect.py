@@ -95,7 +95,9 @@ def test_dag_chunks_on_spark_connect_then_stream(airflow_home, source_db, postgr
     text = b"".join(p.read_bytes() for p in events)
     assert b"SparkListenerConnectOperationStarted" in text and b"__cdc_src" in text
     assert b"*********(redacted)" in text  # the JDBC password options
-    with urllib.request.urlopen(f"{connect_server.ui_url}/connect/", timeout=10) as r:
+    # every statement on one page (the UI shows 100 a page, newest first: a slow run's stream batches push the
+    # chunk reads onto page 2)
+    with urllib.request.urlopen(f"{connect_server.ui_url}/connect/?sqlstat.pageSize=100000", timeout=10) as r:
         ui = r.read()
     assert b"format: &quot;jdbc&quot;" in ui
     for name, secret in secrets.items():
