@@ -39,8 +39,13 @@ $(DEPS_STAMP): setup.cfg requirements/constraints.txt
 
 deps: system-deps $(DEPS_STAMP)
 
+# Two worker processes (pytest-xdist), each test file whole in one of them (its module fixtures: one Spark
+# cluster, one Connect server): run one after the other, the tests keep one of 2 cores busy on average, waiting
+# on JVM starts, Airflow's loops and streams. TEST_WORKERS=0 runs them in this process, one after the other.
+TEST_WORKERS ?= 2
+
 test: deps
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 test-fast: deps
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
