@@ -4,9 +4,10 @@ Per source table ``db.t`` a mirror table ``<sink.schema>."db__t"`` with the sour
 ``sinks.types``), the metadata columns, ``_cdc_deleted`` (tombstone) and ``_cdc_chunk`` (the snapshot chunk
 that wrote the row, to clean up after a retried chunk). Primary key: the source key.
 
-Upserts apply only when the incoming version is newer::
+Rows arrive by ``COPY`` into a temporary staging table; upserts from it apply only when the incoming version is
+newer::
 
-    INSERT ... ON CONFLICT (key) DO UPDATE SET ... WHERE (t.version) < (EXCLUDED.version)
+    INSERT ... SELECT ... FROM staging ON CONFLICT (key) DO UPDATE SET ... WHERE (t.version) < (EXCLUDED.version)
 
 so replays, retries, late snapshot rows and out-of-order writes converge to the newest state, and a delete
 (a tombstone with the delete's version) is never undone by an older write.
