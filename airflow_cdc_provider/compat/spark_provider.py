@@ -115,20 +115,33 @@ def spark_binary(operator: Any) -> str | None:
     return operator._spark_binary
 
 
-# A spark-submit output line's own level: log4j's ``yy/MM/dd HH:mm:ss LEVEL``, Python logging's ``date time,ms
-# LEVEL``, or the JVM's unified logging ``[uptime][level]``.
-_LINE_LEVEL = re.compile(r"^(?:\S+ \S+ (?P<log>TRACE|DEBUG|INFO|WARN|WARNING|ERROR|FATAL|CRITICAL)\b"
-                         r"|\[[^\]]*\]\[(?P<jvm>trace|debug|info|warning|error)\])")
-_LEVELS = {"TRACE": "debug", "DEBUG": "debug", "INFO": "info", "WARN": "warning", "WARNING": "warning",
-           "ERROR": "error", "FATAL": "error", "CRITICAL": "error"}
+# A spark-submit output line's own level: the JVM's log4j ``yy/MM/dd HH:mm:ss LEVEL``, the job's Python logging
+# ``yyyy-mm-dd time,ms LEVEL``, or the JVM's unified logging ``[uptime][level]``.
+_LINE_LEVEL = re.compile(r"^(?:\d\d/\d\d/\d\d \S+ (?P<jvm>TRACE|DEBUG|INFO|WARN|ERROR|FATAL)\b"
+                         r"|\S+ \S+ (?P<log>DEBUG|INFO|WARNING|ERROR|CRITICAL)\b"
+                         r"|\[[^\]]*\]\[(?P<unified>trace|debug|info|warning|error)\])")
+# Spark's own info lines are its start-up (the job's session logs at WARN from then on): at debug, the task log
+# at its default level keeps the job's lines and Spark's warnings.
+_JVM_LEVELS = {"TRACE": "debug", "DEBUG": "debug", "INFO": "debug", "WARN": "warning", "ERROR": "error",
+               "FATAL": "error"}
+_LEVELS = {"TRACE": "debug", "DEBUG": "debug", "INFO": "info", "WARNING": "warning", "ERROR": "error",
+           "CRITICAL": "error"}
+# What every Spark 4 JVM prints on a machine without Hadoop's native library, whatever the job: no action to take.
+_NOTICES = ("WARNING: Using incubator modules: jdk.incubator.vector", "NativeCodeLoader: Unable to load native-hadoop",
+            "Using Spark's default log4j profile")
 
 
 def line_level(line: str) -> str:
-    """The logging method for one line of spark-submit's output: the level the line itself states, else info."""
+    """The logging method for one line of spark-submit's output: the level the line itself states (Spark's
+    own info lines and fixed start-up notices at debug), else info."""
+    if any(notice in line for notice in _NOTICES):
+        return "debug"
     m = _LINE_LEVEL.match(line)
     if not m:
         return "info"
-    return _LEVELS.get((m.group("log") or m.group("jvm") or "info").upper(), "info")
+    if m.group("jvm"):
+        return _JVM_LEVELS[m.group("jvm")]
+    return _LEVELS.get((m.group("log") or m.group("unified")).upper(), "info")
 
 
 class _OutputAtItsLevel:
@@ -147,5 +160,5 @@ class _OutputAtItsLevel:
 
 def log_output_at_its_level(hook: Any) -> None:
     """The provider logs every spark-submit output line at info: Spark's warnings and errors then hide among
-    thousands of info lines. Route each line by the level it states instead."""
+    thousands of info lines. Route each line by the level it states instead (``line_level``)."""
     hook._log = _OutputAtItsLevel(hook.log)

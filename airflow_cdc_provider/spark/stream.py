@@ -382,6 +382,8 @@ class StreamJob:
         if self.connect:
             self.store.delete(BATCH_TOTALS)
         register_source(self.spark, self.secrets)
+        # a streaming query runs without adaptive execution anyway; said here, Spark does not warn that it will be
+        self.spark.conf.set("spark.sql.adaptive.enabled", "false")
         schema = source_schema([self.types[t].spark_ddl for t in self.order])
         # given here, Spark does not start a Python process to ask the source for it
         df = (self.spark.readStream.format("airflow_cdc_binlog").schema(schema).option("spec", self.spec.to_json())

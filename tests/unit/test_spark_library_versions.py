@@ -100,7 +100,10 @@ def test_spark_output_lines_are_logged_at_their_own_level():
     for line in ("26/11/25 14:32:00 WARN Utils: Your hostname resolves to a loopback address",
                  "26/11/25 14:32:01 ERROR Executor: Exception in task 0.0", "26/11/25 14:32:01 INFO SparkContext: x",
                  "2026-11-25 14:32:04,480 INFO airflow_cdc.job: Spark session ready", "[0.2s][warning][cds] skipped",
-                 "Identified spark driver id: driver-1"):
+                 "Identified spark driver id: driver-1", "2026-11-25 14:32:05,001 WARNING airflow_cdc.stream: lag",
+                 "WARNING: Using incubator modules: jdk.incubator.vector",
+                 "26/11/25 14:32:00 WARN NativeCodeLoader: Unable to load native-hadoop library for your platform..."):
         hook.log.info(line)
     hook.log.warning("a warning of the hook's own")
-    assert [level for level, _ in calls] == ["warning", "error", "info", "info", "warning", "info", "warning"]
+    assert [level for level, _ in calls] == ["warning", "error", "debug", "info", "warning", "info", "warning",
+                                             "debug", "debug", "warning"]
