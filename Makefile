@@ -53,7 +53,7 @@ test-fast: deps
 SINK ?= parquet
 
 demo: deps
-	$(PY) -m airflow_cdc_provider.demo --sink $(SINK)
+	$(PY) -m airflow_cdc_provider.demo --sink $(SINK) $(DEMO_ARGS)
 
 SOAK_TESTS := tests/e2e/test_load.py tests/e2e/test_faults.py tests/e2e/test_spark_jobs.py
 

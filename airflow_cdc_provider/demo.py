@@ -1,5 +1,6 @@
 """``make demo``: the whole product on the embedded defaults, in a few minutes on 2 cores.
-``make demo SINK=delta`` (``--sink delta``) runs the same demo into the delta sink instead of the parquet one.
+``make demo SINK=delta`` (``--sink delta``) runs the same demo into the delta sink instead of the parquet one;
+``--orders N`` sizes the orders table (default 200,000).
 
 1. a private MariaDB with a ROW/FULL binlog and a demo database (orders: 200k rows; customers: a string key);
 2. the example pipeline YAML -> Airflow DAG (SQLite metadata DB under .demo/airflow), run with dag.test():
@@ -62,7 +63,11 @@ def run_and_show(env: dict, n: int) -> bool:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m airflow_cdc_provider.demo", description=__doc__.splitlines()[0])
     ap.add_argument("--sink", choices=sorted(SINK_LAYOUTS), default="parquet", help="the sink type (default parquet)")
-    sink = ap.parse_args(argv).sink
+    ap.add_argument("--orders", type=int, default=ORDERS, help=f"rows in demo.orders (default {ORDERS})")
+    args = ap.parse_args(argv)
+    sink, orders = args.sink, args.orders
+    if orders < 1000:
+        ap.error("--orders: at least 1000 rows (the demo updates and deletes a share of them)")
     shutil.rmtree(DEMO, ignore_errors=True)
     (DEMO / "dags").mkdir(parents=True)
     (DEMO / "pipelines").mkdir()
@@ -75,10 +80,11 @@ def main(argv: list[str] | None = None) -> int:
                             [(f"C{i:05d}", f"Customer {i} 😀", ["DE", "FR", "US"][i % 3]) for i in range(1, 2001)])
             cur.execute("CREATE TABLE orders (id BIGINT PRIMARY KEY, customer VARCHAR(20), amount DECIMAL(12,2), "
                         "status ENUM('new','paid','shipped'), created TIMESTAMP(3) DEFAULT CURRENT_TIMESTAMP(3))")
-            for lo in range(1, ORDERS + 1, 20_000):
+            for lo in range(1, orders + 1, 20_000):
                 cur.executemany("INSERT INTO orders (id, customer, amount, status) VALUES (%s, %s, %s, %s)",
-                                [(i, f"C{i % 2000 + 1:05d}", round(i * 0.37, 2), "new") for i in range(lo, lo + 20_000)])
-            print(f"    demo.orders: {ORDERS} rows, demo.customers: 2000 rows")
+                                [(i, f"C{i % 2000 + 1:05d}", round(i * 0.37, 2), "new")
+                                 for i in range(lo, min(lo + 20_000, orders + 1))])
+            print(f"    demo.orders: {orders} rows, demo.customers: 2000 rows")
 
             pipeline = DEMO / "pipelines" / "demo.yaml"
             pipeline.write_text(
@@ -98,11 +104,12 @@ def main(argv: list[str] | None = None) -> int:
             if not run_and_show(env, 1):
                 return 1
 
-            step("changes on the source: 1000 updates, 500 deletes, 250 inserts, a customer renamed")
+            step(f"changes on the source: {orders // 200} updates, {(orders + 399) // 400} deletes, 250 inserts, "
+                 "a customer renamed")
             cur.execute("UPDATE orders SET status = 'paid', amount = amount + 1 WHERE id % 200 = 0")
             cur.execute("DELETE FROM orders WHERE id % 400 = 1")
             cur.executemany("INSERT INTO orders (id, customer, amount, status) VALUES (%s, 'C00001', 9.99, 'new')",
-                            [(ORDERS + i,) for i in range(1, 251)])
+                            [(orders + i,) for i in range(1, 251)])
             cur.execute("UPDATE customers SET name = 'Renamed' WHERE code = 'C00042'")
 
             step("run 2: nothing to snapshot; the stream resumes from its checkpoint")
