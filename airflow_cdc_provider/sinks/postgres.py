@@ -47,6 +47,7 @@ from airflow_cdc_provider.sinks.base import (
 )
 from airflow_cdc_provider.sinks.registry import register_sink
 from airflow_cdc_provider.sinks.types import TableSinkTypes
+from airflow_cdc_provider.source.table_versions import origins
 from airflow_cdc_provider.spark.frames import col, latest_per_key, with_meta
 
 META_PG_TYPES = {"string": "text", "bigint": "bigint", "int": "integer"}
@@ -182,7 +183,7 @@ class PostgresMirror:
 
     def evolve_in_place(self, versions: Sequence[Any]) -> int:
         """Bring the mirror of ``versions[-1].table`` from the version it records to the newest of ``versions``
-        (``TableVersion``s numbered 0..n), each step's ALTERs in order and then the record, in one transaction:
+        (``TableVersion``s numbered 0..n), every step at once (``evolution``) and then the record, in one transaction:
         a crash or an error leaves it at the version it was. Returns the version it was at. A mirror that does
         not exist yet is created at the newest version."""
         check_numbering(versions)
@@ -212,9 +213,8 @@ class PostgresMirror:
                     f"the mirror table {q} has the columns ({', '.join(have)}), not those of version {at} of {table} "
                     f"it records ({', '.join(want)}); it was changed outside the pipeline: drop {q} and re-snapshot "
                     "the table")
-            for k in range(at, n):
-                for stmt in evolution_step(versions[k], versions[k + 1]).sql(q, lambda v: literal(cur, v)):
-                    cur.execute(stmt)
+            for stmt in evolution(versions, at).sql(q, lambda v: literal(cur, v)):
+                cur.execute(stmt)
             self._record_version(cur, table, n)
             return at
 
@@ -381,8 +381,8 @@ def check_numbering(versions: Sequence[Any]) -> None:
 
 
 @dataclass(frozen=True)
-class EvolutionStep:
-    """What one table version changes in the mirror, by column name: ``renames`` (old, new), ``drops`` (old
+class Evolution:
+    """What a run of table versions changes in the mirror, by column name: ``renames`` (old, new), ``drops`` (old
     names), ``widenings`` (new name, PostgreSQL type), ``adds`` (name, PostgreSQL type, sink value of the rows
     that existed; None for NULL)."""
 
@@ -392,57 +392,63 @@ class EvolutionStep:
     adds: tuple[tuple[str, str, Any], ...]
 
     def sql(self, qualified: str, quote: Callable[[Any], str]) -> list[str]:
-        """The ALTERs, in order. Renamed columns go through temporary names first, so swaps and a rename onto
-        the name of a column dropped in the same step work; an added column takes its value with a DEFAULT
+        """The statements, in order. Renamed columns go through temporary names first, so swaps and a rename onto
+        the name of a dropped column work. Drops, widenings and adds are one ``ALTER TABLE``, so PostgreSQL
+        rewrites the table once however many columns widen; an added column takes its value with a DEFAULT
         that is dropped again (the stream writes every column)."""
         alter = f"ALTER TABLE {qualified} "
-        temp = [f"_cdc_renaming_{i}" for i in range(len(self.renames))]
-        out = [alter + f"RENAME COLUMN {pg_ident(old)} TO {pg_ident(t)}" for (old, _), t in zip(self.renames, temp)]
-        out += [alter + f"DROP COLUMN {pg_ident(c)}" for c in self.drops]
-        out += [alter + f"RENAME COLUMN {pg_ident(t)} TO {pg_ident(new)}" for (_, new), t in zip(self.renames, temp)]
-        out += [alter + f"ALTER COLUMN {pg_ident(c)} TYPE {t} USING {pg_ident(c)}::{t}" for c, t in self.widenings]
-        for c, t, value in self.adds:
-            if value is None:
-                out.append(alter + f"ADD COLUMN {pg_ident(c)} {t}")
-            else:
-                out += [alter + f"ADD COLUMN {pg_ident(c)} {t} DEFAULT {quote(value)}",
-                        alter + f"ALTER COLUMN {pg_ident(c)} DROP DEFAULT"]
+        temp = {new: f"_cdc_renaming_{i}" for i, (_, new) in enumerate(self.renames)}
+        out = [alter + f"RENAME COLUMN {pg_ident(old)} TO {pg_ident(temp[new])}" for old, new in self.renames]
+        actions = [f"DROP COLUMN {pg_ident(c)}" for c in self.drops]
+        for c, t in self.widenings:
+            now = pg_ident(temp.get(c, c))
+            actions.append(f"ALTER COLUMN {now} TYPE {t} USING {now}::{t}")
+        actions += [f"ADD COLUMN {pg_ident(c)} {t}" + ("" if value is None else f" DEFAULT {quote(value)}")
+                    for c, t, value in self.adds]
+        if actions:
+            out.append(alter + ", ".join(actions))
+        out += [alter + f"RENAME COLUMN {pg_ident(temp[new])} TO {pg_ident(new)}" for _, new in self.renames]
+        defaults = [f"ALTER COLUMN {pg_ident(c)} DROP DEFAULT" for c, _, value in self.adds if value is not None]
+        if defaults:
+            out.append(alter + ", ".join(defaults))
         return out
 
 
-def evolution_step(before: Any, after: Any) -> EvolutionStep:
-    """The mirror changes that take a table from version ``before`` to ``after`` (``TableVersion``s), as
-    ``table_versions.origins`` reads them: a column of ``after`` is added (in ``added``, or in neither version:
-    NULL), renamed (``renamed``) or kept; the columns of ``before`` none of them comes from are dropped."""
-    old, new = before.schema, after.schema
+def evolution(versions: Sequence[Any], since: int) -> Evolution:
+    """The mirror changes that take a table from version ``since`` of ``versions`` (``TableVersion``s numbered
+    0..n) to the newest, all steps at once, as ``table_versions.origins`` carries rows across them: a column of
+    the newest version comes from a column of version ``since`` (kept, renamed, maybe widened) or holds a value
+    an ALTER gave it (added; NULL if none); the columns of version ``since`` none comes from are dropped."""
+    for before, after in zip(versions[since:], versions[since + 1:]):
+        missing = {new: old for new, old in after.renamed.items() if old not in before.schema.column_names}
+        if missing:
+            raise SinkError(f"version {after.number} of {after.table} renames "
+                            f"{', '.join(map(repr, missing.values()))}, which version {before.number} does not have")
+    old, newest = versions[since].schema, versions[-1]
+    new = newest.schema
     old_types = dict(zip(old.column_names, (t.postgres for t in TableSinkTypes.of(old).types), strict=True))
     new_sink = dict(zip(new.column_names, TableSinkTypes.of(new).types, strict=True))
-    sources: dict[str, str] = {}  # kept or renamed column of ``after`` -> its name in ``before``
+    sources: dict[str, str] = {}  # column of the newest version -> the column of version ``since`` it comes from
     adds: list[tuple[str, str, Any]] = []
-    for name, t in new_sink.items():
-        source = after.renamed.get(name, name)
-        if name in after.added:
-            adds.append((name, t.postgres, t.convert(after.added[name])))
-        elif source in old_types:
-            sources[name] = source
-        elif name in after.renamed:
-            raise SinkError(f"version {after.number} of {after.table} renames {source!r}, which version "
-                            f"{before.number} does not have, to {name!r}")
-        else:  # in neither version and no value recorded: NULL, as ``origins`` has it
-            adds.append((name, t.postgres, None))
+    for name, (kind, origin) in origins(versions, since).items():
+        if kind == "column":
+            sources[name] = origin
+        else:
+            t = new_sink[name]
+            adds.append((name, t.postgres, None if origin is None else t.convert(origin)))
     kept = set(sources.values())
     if len(kept) != len(sources):
-        raise SinkError(f"version {after.number} of {after.table} makes two columns of one column of version "
-                        f"{before.number}: {sources}")
+        raise SinkError(f"version {newest.number} of {newest.table} makes two columns of one column of version "
+                        f"{since}: {sources}")
     drops = tuple(c for c in old.column_names if c not in kept)
     renames = tuple((s, c) for c, s in sources.items() if s != c)
     moved = {*drops, *(s for s, _ in renames), *(c for c, _, _ in adds)}
     if tuple(new.key_columns) != tuple(old.key_columns) or moved & set(old.key_columns):
         raise SinkError(
-            f"version {after.number} of {after.table} changes its key columns ({', '.join(old.key_columns)}): a "
+            f"version {newest.number} of {newest.table} changes its key columns ({', '.join(old.key_columns)}): a "
             "mirror table's key cannot be dropped, renamed or replaced in place; re-snapshot the table")
     widenings = tuple((c, new_sink[c].postgres) for c, s in sources.items() if old_types[s] != new_sink[c].postgres)
-    return EvolutionStep(renames, drops, widenings, tuple(adds))
+    return Evolution(renames, drops, widenings, tuple(adds))
 
 
 @dataclass(kw_only=True)

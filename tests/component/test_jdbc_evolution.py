@@ -12,7 +12,7 @@ import pytest
 
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.sinks.base import SinkConfig, SinkError
-from airflow_cdc_provider.sinks.postgres import PostgresSink
+from airflow_cdc_provider.sinks.postgres import PostgresSink, evolution
 from airflow_cdc_provider.sinks.types import TableSinkTypes
 from airflow_cdc_provider.source.schema import Column, TableSchema
 from airflow_cdc_provider.source.table_versions import TableVersion
@@ -127,6 +127,28 @@ def test_a_longer_chain_continues_from_the_recorded_version(sink):
     assert rows(sink, "id", "c", "y", "x") == [(1, "back", 10, 0), (2, "back", 20, 0)]
     assert marker(sink) == [(3,)]
     assert sink.mirror.evolve_in_place([v0, v1, v2, v3]) == 3
+
+
+def test_a_chain_applied_at_once_ends_as_applied_step_by_step(sink):
+    """Every step at once: a column dropped and added again under its name, a rename with a widening, an added
+    column under the renamed one's old name, the values as the steps give them."""
+    v0 = version(0, column("c", "varchar(5)"), column("x", "int(11)", 10, 0), column("w", "int(11)", 10, 0))
+    start(sink, v0, [(1, "one", 10, 100), (2, "two", 20, 200)])
+    v1 = version(1, column("x", "int(11)", 10, 0), column("w", "bigint(20)", 19, 0))  # drop c, widen w
+    v2 = version(2, column("x", "int(11)", 10, 0), column("w", "bigint(20)", 19, 0), column("c", "varchar(5)"),
+                 added={"c": "back"})
+    v3 = version(3, column("c", "varchar(5)"), column("y", "bigint(20)", 19, 0), column("w", "bigint(20)", 19, 0),
+                 column("x", "int(11)", 10, 0), renamed={"y": "x"}, added={"x": 0})
+    statements = evolution([v0, v1, v2, v3], 0).sql('"s"."t"', repr)
+    assert [st.count(" TYPE ") for st in statements if " TYPE " in st] == [2]  # both widenings: one rewrite
+
+    assert sink.mirror.evolve_in_place([v0, v1, v2, v3]) == 0
+
+    assert pg_columns(sink) == {"id": "integer", "c": "text", "y": "bigint", "w": "bigint", "x": "integer"}
+    assert rows(sink, "id", "c", "y", "w", "x") == [(1, "back", 10, 100, 0), (2, "back", 20, 200, 0)]
+    assert marker(sink) == [(3,)]
+    write(sink, v3, [(3, "new", 2**40, 2**41, 5)], pos=900)
+    assert rows(sink, "id", "y", "w")[-1] == (3, 2**40, 2**41)
 
 
 def test_swapped_names_and_a_rename_onto_a_dropped_column(sink):
