@@ -5,11 +5,10 @@ shows), and leaves no secrets file behind."""
 
 from __future__ import annotations
 
-import glob
 import json
 import subprocess
-import tempfile
 import threading
+from pathlib import Path
 
 from airflow_cdc_provider.testing.airflow_run import run_dag
 
@@ -17,16 +16,19 @@ from .cdc_helpers import write_pipeline
 
 
 class ArgvSampler:
-    """Every process's argv, sampled with ``ps`` until stopped."""
+    """Every process's argv, sampled with ``ps`` until stopped; and the secrets files seen in ``tmp`` meanwhile."""
 
-    def __init__(self) -> None:
+    def __init__(self, tmp: Path) -> None:
         self.samples: list[str] = []
+        self.secrets_files: set[Path] = set()
+        self._tmp = tmp
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.wait(0.3):
             self.samples.append(subprocess.run(["ps", "-eww", "-o", "args="], capture_output=True, text=True).stdout)
+            self.secrets_files.update(self._tmp.glob("airflow-cdc-secrets-*"))
 
     def __enter__(self):
         self._thread.start()
@@ -47,11 +49,13 @@ def test_passwords_leak_nowhere(airflow_home, source_db, postgres, tmp_path):
     write_pipeline(pipelines, source_db, tmp_path, tables=("orders",), sink=sink,
                    extra=f"spark:\n  conf:\n    spark.eventLog.enabled: 'true'\n    spark.eventLog.dir: file://{events}\n"
                                  "    spark.eventLog.compress: 'false'\n")
-    env = {**env, "AIRFLOW_CONN_PG": postgres.connection_uri()}
+    # the runs' own temporary directory: another test worker's jobs have their secrets files in /tmp meanwhile
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    env = {**env, "AIRFLOW_CONN_PG": postgres.connection_uri(), "TMPDIR": str(private_tmp)}
     secrets = {"source": source_db.server.cdc.password, "sink": postgres.password}
-    leftovers_before = set(glob.glob(f"{tempfile.gettempdir()}/airflow-cdc-secrets-*"))
 
-    with ArgvSampler() as ps:
+    with ArgvSampler(private_tmp) as ps:
         result = run_dag(env, dags, "shop_cdc", log_file=tmp_path / "run.log")
         source_db.execute("UPDATE orders SET note = 'x' WHERE id <= 10")
         result2 = run_dag(env, dags, "shop_cdc", log_file=tmp_path / "run2.log")
@@ -66,5 +70,5 @@ def test_passwords_leak_nowhere(airflow_home, source_db, postgres, tmp_path):
     event_logs = [p for p in events.rglob("*") if p.is_file()]  # Spark 4 writes a directory per application
     assert event_logs and any(b"SparkListenerEnvironmentUpdate" in p.read_bytes() for p in event_logs)
     assert (tmp_path / "state" / "specs").exists() or list((tmp_path / "state").rglob("*.json"))
-    assert set(glob.glob(f"{tempfile.gettempdir()}/airflow-cdc-secrets-*")) == leftovers_before, \
-        "a secrets file was left behind"
+    assert ps.secrets_files, "the jobs' secrets files were not where TMPDIR puts them"
+    assert list(private_tmp.glob("airflow-cdc-secrets-*")) == [], "a secrets file was left behind"
