@@ -597,7 +597,8 @@ class PostgresSink(Sink):
 class CachedWindow:
     """A jdbc window: its rows cached and counted when opened (which forces the read), upserted with the
     window's version when published; rows an earlier attempt of a retried chunk wrote and this one did not
-    (deleted meanwhile) are swept."""
+    (deleted meanwhile) are swept. The cache is on local disk only: a window of a single-integer key holds all
+    of a task's chunks, millions of rows, and a cache in the JVM's heap ran out of it."""
 
     def __init__(self, sink: PostgresSink, rows, types, epoch: int, indexes: list[int], low_watermark: Version,
                  retried: set[int]) -> None:
@@ -607,7 +608,7 @@ class CachedWindow:
 
         self.sink, self.types, self.epoch = sink, types, epoch
         self.low_watermark, self.retried = low_watermark, retried
-        self.df = rows.persist(StorageLevel.MEMORY_AND_DISK)
+        self.df = rows.persist(StorageLevel.DISK_ONLY)
         self.counts = {indexes[0]: self.df.count()} if len(indexes) == 1 else chunk_counts(self.df)
 
     def rows(self):

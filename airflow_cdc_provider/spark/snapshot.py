@@ -223,8 +223,9 @@ class SnapshotJob:
         counts = window.counts
         folded = None
         if changes.touched or changes.truncated:
+            # on disk only, as the jdbc sink's window: a window may hold millions of rows
             folded = fold_window(self.spark, window.rows(), types, changes.last, changes.truncated
-                                 ).persist(StorageLevel.MEMORY_AND_DISK)
+                                 ).persist(StorageLevel.DISK_ONLY)
             counts = chunk_counts(folded)
         t_write = time.monotonic()
         lost = window.publish(folded, changes.high.sort_key, lambda: self._hit("mid_sink_write", chunks))
