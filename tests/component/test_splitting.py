@@ -158,3 +158,23 @@ def test_percent_signs_in_identifiers(source_db, server_id):
     schema, chunks = split(source_db, "50% off", 3, **NO_EVEN)
     assert assert_partition(source_db, schema, chunks) == [3, 3, 3, 1]
     assert len(read_chunk(source_db.settings, schema, chunks[1], server_id=server_id).rows) == 3
+
+
+def test_a_large_window_reads_in_ranges_of_bounded_size(source_db):
+    """A snapshot window of a single-integer key is read in ``read_partitions`` key ranges, or in more when a
+    range would span more than ``MAX_ROWS_PER_PARTITION`` keys; the ranges tile the window, each row in one."""
+    from airflow_cdc_provider.spark.jdbc_read import range_sql
+    from airflow_cdc_provider.spark.snapshot import MAX_ROWS_PER_PARTITION, key_sub_ranges
+
+    source_db.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)")
+    top = 4 * MAX_ROWS_PER_PARTITION
+    source_db.executemany("INSERT INTO t VALUES (%s, 0)", [(i,) for i in (1, 2, top // 2, top - 1, top)])
+    with source_db.connection() as conn:
+        schema = load_schema(conn, TableId(source_db.name, "t"))
+        ranges = key_sub_ranges(conn, schema, None, None, 2)
+        assert len(key_sub_ranges(conn, schema, (1,), (3,), 2)) == 1  # a small window stays one read
+    assert len(ranges) == 4 and ranges[0][0] is None and ranges[-1][1] is None
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+    assert all(hi[0] - lo[0] <= MAX_ROWS_PER_PARTITION for lo, hi in ranges[1:-1])
+    counts = [source_db.execute(f"SELECT COUNT(*) FROM t WHERE {range_sql(['id'], lo, hi)}")[0][0] for lo, hi in ranges]
+    assert sum(counts) == 5  # the predicates the reads use
