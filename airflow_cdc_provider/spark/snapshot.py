@@ -62,9 +62,10 @@ MAX_CHUNKS_PER_WINDOW = 256  # other than single-integer keys: a window makes on
 
 
 def key_sub_ranges(conn: Any, schema: TableSchema, start: Key | None, end: Key | None,
-                   partitions: int) -> list[tuple[Key | None, Key | None]]:
+                   partitions: int, chunks: int = 1) -> list[tuple[Key | None, Key | None]]:
     """Split ``[start, end)`` of a single-integer-key table into key ranges for a parallel read: ``partitions``
-    of them, or more so that none spans over ``MAX_ROWS_PER_PARTITION`` keys."""
+    of them, or more so that none spans over ``MAX_ROWS_PER_PARTITION`` keys, but never more than the window's
+    ``chunks`` (the plan sized those by rows; a key span says nothing of the rows in it when keys are sparse)."""
     whole = [(start, end)]
     if not schema.single_integer_key:
         return whole
@@ -75,7 +76,7 @@ def key_sub_ranges(conn: Any, schema: TableSchema, start: Key | None, end: Key |
         lo, hi = cur.fetchone()
     if lo is None or hi - lo + 1 < partitions * MIN_ROWS_PER_PARTITION:
         return whole
-    partitions = max(partitions, math.ceil((hi - lo + 1) / MAX_ROWS_PER_PARTITION))
+    partitions = max(partitions, min(chunks, math.ceil((hi - lo + 1) / MAX_ROWS_PER_PARTITION)))
     step = math.ceil((hi - lo + 1) / partitions)
     bounds = [(lo + i * step,) for i in range(1, partitions) if lo + i * step <= hi]
     edges = [start, *bounds, end]
@@ -122,7 +123,7 @@ def read_window_rows(spark, conn, settings, schema: TableSchema, types: TableSin
     from pyspark.sql import functions as F
 
     if schema.single_integer_key:
-        ranges = key_sub_ranges(conn, schema, chunks[0].start, chunks[-1].end, partitions)
+        ranges = key_sub_ranges(conn, schema, chunks[0].start, chunks[-1].end, partitions, len(chunks))
         df = read_key_ranges(spark, settings, types, ranges)
         key_type = types.types[schema.column_names.index(schema.key_columns[0])].spark
         return df.withColumn(CHUNK_COLUMN, chunk_tag_column(schema.key_columns[0], key_type, chunks))
