@@ -120,12 +120,8 @@ def spark_binary(operator: Any) -> str | None:
 _LINE_LEVEL = re.compile(r"^(?:\d\d/\d\d/\d\d \S+ (?P<jvm>TRACE|DEBUG|INFO|WARN|ERROR|FATAL)\b"
                          r"|\S+ \S+ (?P<log>DEBUG|INFO|WARNING|ERROR|CRITICAL)\b"
                          r"|\[[^\]]*\]\[(?P<unified>trace|debug|info|warning|error)\])")
-# Spark's own info lines are its start-up (the job's session logs at WARN from then on): at debug, the task log
-# at its default level keeps the job's lines and Spark's warnings.
-_JVM_LEVELS = {"TRACE": "debug", "DEBUG": "debug", "INFO": "debug", "WARN": "warning", "ERROR": "error",
-               "FATAL": "error"}
-_LEVELS = {"TRACE": "debug", "DEBUG": "debug", "INFO": "info", "WARNING": "warning", "ERROR": "error",
-           "CRITICAL": "error"}
+_LEVELS = {"TRACE": "debug", "DEBUG": "debug", "INFO": "info", "WARN": "warning", "WARNING": "warning",
+           "ERROR": "error", "FATAL": "error", "CRITICAL": "error"}
 # What every Spark 4 JVM prints on a machine without Hadoop's native library, whatever the job: no action to take.
 _NOTICES = ("WARNING: Using incubator modules: jdk.incubator.vector", "NativeCodeLoader: Unable to load native-hadoop",
             "Using Spark's default log4j profile")
@@ -139,9 +135,10 @@ def line_level(line: str) -> str:
     m = _LINE_LEVEL.match(line)
     if not m:
         return "info"
-    if m.group("jvm"):
-        return _JVM_LEVELS[m.group("jvm")]
-    return _LEVELS.get((m.group("log") or m.group("unified")).upper(), "info")
+    if m.group("jvm"):  # Spark's info lines are its start-up (the job's session logs at WARN from then on)
+        level = _LEVELS[m.group("jvm")]
+        return "debug" if level == "info" else level
+    return _LEVELS[(m.group("log") or m.group("unified")).upper()]
 
 
 class _OutputAtItsLevel:

@@ -57,14 +57,14 @@ log = logging.getLogger("airflow_cdc.snapshot")
 MIN_ROWS_PER_PARTITION = 20_000
 # a window's read partition holds at most about this many keys: a Spark task's rows stay a bounded share of a
 # small driver's heap however many chunks the window holds
-MAX_ROWS_PER_PARTITION = 250_000
+MAX_KEYS_PER_RANGE = 250_000
 MAX_CHUNKS_PER_WINDOW = 256  # other than single-integer keys: a window makes one JDBC read per chunk
 
 
 def key_sub_ranges(conn: Any, schema: TableSchema, start: Key | None, end: Key | None,
                    partitions: int, chunks: int = 1) -> list[tuple[Key | None, Key | None]]:
     """Split ``[start, end)`` of a single-integer-key table into key ranges for a parallel read: ``partitions``
-    of them, or more so that none spans over ``MAX_ROWS_PER_PARTITION`` keys, but never more than the window's
+    of them, or more so that none spans over ``MAX_KEYS_PER_RANGE`` keys, but never more than the window's
     ``chunks`` (the plan sized those by rows; a key span says nothing of the rows in it when keys are sparse)."""
     whole = [(start, end)]
     if not schema.single_integer_key:
@@ -76,7 +76,7 @@ def key_sub_ranges(conn: Any, schema: TableSchema, start: Key | None, end: Key |
         lo, hi = cur.fetchone()
     if lo is None or hi - lo + 1 < partitions * MIN_ROWS_PER_PARTITION:
         return whole
-    partitions = max(partitions, min(chunks, math.ceil((hi - lo + 1) / MAX_ROWS_PER_PARTITION)))
+    partitions = max(partitions, min(chunks, math.ceil((hi - lo + 1) / MAX_KEYS_PER_RANGE)))
     step = math.ceil((hi - lo + 1) / partitions)
     bounds = [(lo + i * step,) for i in range(1, partitions) if lo + i * step <= hi]
     edges = [start, *bounds, end]

@@ -162,13 +162,13 @@ def test_percent_signs_in_identifiers(source_db, server_id):
 
 def test_a_large_window_reads_in_ranges_of_bounded_size(source_db):
     """A snapshot window of a single-integer key is read in ``read_partitions`` key ranges, or in more when a
-    range would span more than ``MAX_ROWS_PER_PARTITION`` keys, at most one per chunk; the ranges tile the
+    range would span more than ``MAX_KEYS_PER_RANGE`` keys, at most one per chunk; the ranges tile the
     window, each row in one. Sparse keys over the whole BIGINT range stay a few ranges."""
     from airflow_cdc_provider.spark.jdbc_read import range_sql
-    from airflow_cdc_provider.spark.snapshot import MAX_ROWS_PER_PARTITION, key_sub_ranges
+    from airflow_cdc_provider.spark.snapshot import MAX_KEYS_PER_RANGE, key_sub_ranges
 
     source_db.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)")
-    top = 4 * MAX_ROWS_PER_PARTITION
+    top = 4 * MAX_KEYS_PER_RANGE
     source_db.executemany("INSERT INTO t VALUES (%s, 0)", [(i,) for i in (1, 2, top // 2, top - 1, top)])
     with source_db.connection() as conn:
         schema = load_schema(conn, TableId(source_db.name, "t"))
@@ -182,6 +182,6 @@ def test_a_large_window_reads_in_ranges_of_bounded_size(source_db):
         assert len(key_sub_ranges(conn, sparse, None, None, 2, chunks=1)) == 2
     assert len(ranges) == 4 and ranges[0][0] is None and ranges[-1][1] is None
     assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
-    assert all(hi[0] - lo[0] <= MAX_ROWS_PER_PARTITION for lo, hi in ranges[1:-1])
+    assert all(hi[0] - lo[0] <= MAX_KEYS_PER_RANGE for lo, hi in ranges[1:-1])
     counts = [source_db.execute(f"SELECT COUNT(*) FROM t WHERE {range_sql(['id'], lo, hi)}")[0][0] for lo, hi in ranges]
     assert sum(counts) == 5  # the predicates the reads use
