@@ -53,7 +53,10 @@ from airflow_cdc_provider.sinks.base import (
     Version,
 )
 from airflow_cdc_provider.sinks.delta_settings import DeltaSinkSettings
+from airflow_cdc_provider.sinks.evolution import check_numbering, column_moves
+from airflow_cdc_provider.sinks.parquet_arrow import arrow_literal
 from airflow_cdc_provider.sinks.registry import register_sink
+from airflow_cdc_provider.sinks.types import TableSinkTypes
 from airflow_cdc_provider.spark.frames import col, cols, latest_per_key
 from airflow_cdc_provider.state.storage import Storage
 from airflow_cdc_provider.state.store import table_dir_name
@@ -66,6 +69,7 @@ KEY_PROPERTY = "airflow_cdc.key"  # the table's key (JSON list), checked at ever
 EMPTIED_PROPERTY = "airflow_cdc.emptied_at"  # version of the newest truncate or drop ("seq,pos,row")
 STATS_PROPERTY = "delta.dataSkippingStatsColumns"  # the columns whose min, max and null count files state
 COMMIT_RETRIES = 20
+SCHEMA_VERSIONS = 1 << 20  # table versions a schema commit can record (``version_commit``)
 BATCH_ROWS = 1 << 16
 
 _META_ARROW = {"string": "string", "bigint": "int64", "int": "int32"}
@@ -133,6 +137,40 @@ def table_schema(types):
 
     own = [pa.field(n, getattr(pa, _META_ARROW[t])()) for n, t in META_COLUMNS]
     return pa.schema([*data_schema(types), *own, pa.field(DELETED, pa.bool_()), pa.field(CHUNK, pa.string())])
+
+
+def data_columns(dt) -> list[str]:
+    """The table's source columns, in its order (not the sink's own)."""
+    own = {*META_NAMES, DELETED, CHUNK}
+    return [f.name for f in dt.schema().fields if f.name not in own]
+
+
+def schema_app(table: str) -> str:
+    """The application transaction id whose version records the table version the table's columns are at."""
+    return f"airflow-cdc:{table}:schema"
+
+
+def schema_version(dt, table: str) -> int:
+    """The table version (``source.table_versions``) the table's columns are at; 0 when none is recorded (a
+    table's first snapshot's definition)."""
+    recorded = dt.transaction_version(schema_app(table))
+    return 0 if recorded is None else int(recorded) % SCHEMA_VERSIONS
+
+
+def version_commit(dt, table: str, version: int, what: str, exclusive: bool = False):
+    """Commit properties recording ``version`` as the table's schema version in the commit itself. The
+    transaction's version is a count of such commits times ``SCHEMA_VERSIONS`` plus the table version, so it
+    only grows (a re-snapshot starts the table versions at 0 again). ``exclusive``: the commit fails rather than
+    land after a concurrent one (``committing`` then runs it again on the new table version)."""
+    from deltalake.transaction import CommitProperties, Transaction
+
+    if not 0 <= version < SCHEMA_VERSIONS:
+        raise SinkError(f"{table}: table version {version} is out of the range the delta sink records")
+    recorded = dt.transaction_version(schema_app(table)) if dt is not None else None
+    count = 0 if recorded is None else int(recorded) // SCHEMA_VERSIONS + 1
+    return CommitProperties(custom_metadata={"airflow_cdc": what},
+                            app_transactions=[Transaction(schema_app(table), count * SCHEMA_VERSIONS + version)],
+                            max_commit_retries=0 if exclusive else None)
 
 
 def spark_ddl(types) -> str:
@@ -252,6 +290,7 @@ class DeltaSink(FileSink):
     default_dir = "delta"
     settings = DeltaSinkSettings
     writes_from_executors = True  # snapshot windows' data files are written by the executors' Python
+    evolves_in_place = True
 
     def __init__(self, config: SinkConfig, secrets, spark=None) -> None:
         super().__init__(config, secrets, spark)
@@ -269,8 +308,7 @@ class DeltaSink(FileSink):
         dt = self.open_table(table)
         if dt is None:
             return None
-        own = set(META_NAMES) | {DELETED, CHUNK}
-        return SinkDefinition(tuple(f.name for f in dt.schema().fields if f.name not in own))
+        return SinkDefinition(tuple(data_columns(dt)), schema_version(dt, table))
 
     def prepare(self, types, evolve: bool = False) -> None:
         """Create the table (change data feed on). ``evolve`` (a snapshot): an existing table takes the
@@ -292,11 +330,20 @@ class DeltaSink(FileSink):
             stats = stats_property(wanted)
             DeltaTable.create(self.layout.table_uri(table), wanted, mode="ignore", name=table,
                               configuration=config if stats is None else {**config, STATS_PROPERTY: stats},
-                              raise_if_key_not_exists=False)
+                              raise_if_key_not_exists=False,
+                              commit_properties=version_commit(None, table, types.version, "created"))
             dt = self.open_table(table)
         if evolve:
             self._evolve(dt, types, wanted)
             dt = self.open_table(table)
+            if schema_version(dt, table) != types.version:
+                dt.alter.set_table_properties({}, raise_if_not_exists=False, commit_properties=version_commit(
+                    dt, table, types.version, "schema version of a new snapshot"))
+                dt = self.open_table(table)
+        self._fix_stats(dt, table)
+
+    def _fix_stats(self, dt, table: str) -> None:
+        """The statistics columns of the files written from now on: every column but ``unsafe_stats_columns``."""
         current = dt.metadata().configuration.get(STATS_PROPERTY)
         stats = stats_property(self._arrow_schema(dt), current)
         if stats != current:
@@ -327,27 +374,83 @@ class DeltaSink(FileSink):
             dt.alter.add_columns([Field(f.name, f.type, nullable=True) for f in Schema.from_arrow(wanted).fields
                                   if f.name not in have])
             return
-        self._rewrite(dt, table, wanted, {n for n, t in want.items() if have.get(n) == t})
-
-    def _rewrite(self, dt, table: str, wanted, kept: set[str]) -> None:
-        """Rewrite the table with ``wanted`` columns, keeping the values of ``kept`` ones (streamed)."""
         import pyarrow as pa
-        from deltalake import write_deltalake
 
+        kept = {n for n, t in want.items() if have.get(n) == t}
         log.warning("%s: columns dropped or retyped; rewriting %s with the new definition (the changed columns are "
                     "NULL until the table's re-snapshot)", table, dt.table_uri)
+        self._rewrite(dt, wanted, lambda b, f: b.column(f.name) if f.name in kept else pa.nulls(b.num_rows, f.type))
+
+    def _rewrite(self, dt, wanted, column: Callable[[Any, Any], Any], props=None) -> None:
+        """Rewrite the table with ``wanted`` columns in one overwrite commit (``props``: its commit properties), its
+        files streamed through batch by batch: ``column(batch, field)`` is a wanted field's values for the
+        batch's rows (cast to the field's type here)."""
+        import pyarrow as pa
+        from deltalake import write_deltalake
 
         # the table's files read by pyarrow, not delta-rs: the writer below runs delta-rs's runtime already
         current = self.layout.files(dt.file_uris(), self._arrow_schema(dt))
 
         def batches() -> Iterator[Any]:
             for b in current.to_batches(batch_size=BATCH_ROWS):
-                yield pa.RecordBatch.from_arrays(
-                    [b.column(f.name).cast(f.type) if f.name in kept else pa.nulls(b.num_rows, f.type)
-                     for f in wanted], schema=wanted)
+                yield pa.RecordBatch.from_arrays([column(b, f).cast(f.type) for f in wanted], schema=wanted)
 
         write_deltalake(dt, pa.RecordBatchReader.from_batches(wanted, batches()), mode="overwrite",
-                        schema_mode="overwrite")
+                        schema_mode="overwrite", commit_properties=props)
+
+    def evolve_in_place(self, versions) -> None:
+        """Bring the table from the version it records (``schema_version``) to the newest of ``versions`` in one
+        commit carrying the new version (``version_commit``), so a crash leaves it at the version it records:
+        columns that only add NULLs are added to the table's schema (no file is rewritten); any other change
+        (a rename, a drop, a widening, an added column's value) rewrites the table's files with the newest
+        columns (``sinks.evolution.column_moves``), every row keeping its version and tombstone."""
+        check_numbering(versions)
+        newest = versions[-1]
+        committing(f"{newest.table}: schema version {newest.number}", lambda: self._evolve_in_place(versions))
+
+    def _evolve_in_place(self, versions) -> None:
+        from deltalake import Field, Schema
+
+        newest = versions[-1]
+        table, n = newest.table, newest.number
+        dt = self.open_table(table)
+        if dt is None:
+            raise SinkError(f"{table}: no Delta table at {self.layout.table_uri(table)} to evolve; the stream's "
+                            "prepare step creates it")
+        at = schema_version(dt, table)
+        if at == n:
+            return
+        if at > n:
+            raise SinkError(
+                f"the Delta table {dt.table_uri} is at version {at} of {table}'s definition, newer than the newest "
+                f"the stream knows ({n}); it was evolved by another epoch's stream: delete it and re-snapshot the "
+                "table")
+        have, want = data_columns(dt), versions[at].schema.column_names
+        if sorted(have) != sorted(want):
+            raise SinkError(
+                f"the Delta table {dt.table_uri} has the columns ({', '.join(have)}), not those of version {at} of "
+                f"{table} it records ({', '.join(want)}); it was changed outside the pipeline: delete it and "
+                "re-snapshot the table")
+        moves = column_moves(versions, at)
+        wanted = table_schema(TableSinkTypes.of(newest.schema, n))
+        props = version_commit(dt, table, n, f"schema version {n}: {newest.statement}"[:500], exclusive=True)
+        if moves.adds_only_nulls:
+            added = [f for f in Schema.from_arrow(wanted).fields if f.name in moves.values]
+            dt.alter.add_columns([Field(f.name, f.type, nullable=True) for f in added], commit_properties=props)
+            log.info("%s: at schema version %d: columns %s added", table, n, [f.name for f in added])
+        else:
+            t0 = time.monotonic()
+
+            def column(batch, f):
+                if f.name in moves.values:
+                    return arrow_literal(moves.values[f.name], f.type, batch.num_rows)
+                return batch.column(moves.sources.get(f.name, f.name))
+
+            self._rewrite(dt, wanted, column, props)
+            log.info("%s: at schema version %d: %s rewritten in %.2fs (renamed %s, dropped %s, retyped %s, added %s)",
+                     table, n, dt.table_uri, time.monotonic() - t0, dict(moves.renames), list(moves.drops),
+                     list(moves.retyped()), list(moves.values))
+        self._fix_stats(self.open_table(table), table)
 
     def _merge(self, table: str, keys: list[str], source: Callable[[Any], Any], app: tuple[str, int] | None,
                what: str, snapshot: bool = False, extra: Callable[[Any], Any] | None = None,

@@ -114,12 +114,12 @@ def _carry(rows: Any, plan: list["Carried"], seen: Mapping[str, Any]):
             array = rows[c.source]
             arrays.append(array if c.source_type == c.type else array.cast(target))
         else:
-            arrays.append(_arrow_literal(c.source if c.kind == "value" else None, target, rows.num_rows))
+            arrays.append(arrow_literal(c.source if c.kind == "value" else None, target, rows.num_rows))
         names.append(c.name)
     return pa.table(arrays + [rows[m] for m in META_NAMES], names=names + list(META_NAMES))
 
 
-def _arrow_literal(value: Any, arrow: Any, n: int):
+def arrow_literal(value: Any, arrow: Any, n: int):
     import pyarrow as pa
 
     if value is None:

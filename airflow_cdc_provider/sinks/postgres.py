@@ -45,9 +45,9 @@ from airflow_cdc_provider.sinks.base import (
     SinkError,
     Version,
 )
+from airflow_cdc_provider.sinks.evolution import check_numbering, column_moves
 from airflow_cdc_provider.sinks.registry import register_sink
 from airflow_cdc_provider.sinks.types import TableSinkTypes
-from airflow_cdc_provider.source.table_versions import origins
 from airflow_cdc_provider.spark.frames import col, latest_per_key, with_meta
 
 META_PG_TYPES = {"string": "text", "bigint": "bigint", "int": "integer"}
@@ -375,11 +375,6 @@ def literal(cur: Any, value: Any) -> str:
     return cur.mogrify("%s", (value,)).decode(encodings[cur.connection.encoding])
 
 
-def check_numbering(versions: Sequence[Any]) -> None:
-    if not versions or [v.number for v in versions] != list(range(len(versions))):
-        raise SinkError(f"table versions must be numbered 0..n in order, got {[v.number for v in versions]}")
-
-
 @dataclass(frozen=True)
 class Evolution:
     """What a run of table versions changes in the mirror, by column name: ``renames`` (old, new), ``drops`` (old
@@ -416,39 +411,12 @@ class Evolution:
 
 def evolution(versions: Sequence[Any], since: int) -> Evolution:
     """The mirror changes that take a table from version ``since`` of ``versions`` (``TableVersion``s numbered
-    0..n) to the newest, all steps at once, as ``table_versions.origins`` carries rows across them: a column of
-    the newest version comes from a column of version ``since`` (kept, renamed, maybe widened) or holds a value
-    an ALTER gave it (added; NULL if none); the columns of version ``since`` none comes from are dropped."""
-    for before, after in zip(versions[since:], versions[since + 1:]):
-        missing = {new: old for new, old in after.renamed.items() if old not in before.schema.column_names}
-        if missing:
-            raise SinkError(f"version {after.number} of {after.table} renames "
-                            f"{', '.join(map(repr, missing.values()))}, which version {before.number} does not have")
-    old, newest = versions[since].schema, versions[-1]
-    new = newest.schema
-    old_types = dict(zip(old.column_names, (t.postgres for t in TableSinkTypes.of(old).types), strict=True))
-    new_sink = dict(zip(new.column_names, TableSinkTypes.of(new).types, strict=True))
-    sources: dict[str, str] = {}  # column of the newest version -> the column of version ``since`` it comes from
-    adds: list[tuple[str, str, Any]] = []
-    for name, (kind, origin) in origins(versions, since).items():
-        if kind == "column":
-            sources[name] = origin
-        else:
-            t = new_sink[name]
-            adds.append((name, t.postgres, None if origin is None else t.convert(origin)))
-    kept = set(sources.values())
-    if len(kept) != len(sources):
-        raise SinkError(f"version {newest.number} of {newest.table} makes two columns of one column of version "
-                        f"{since}: {sources}")
-    drops = tuple(c for c in old.column_names if c not in kept)
-    renames = tuple((s, c) for c, s in sources.items() if s != c)
-    moved = {*drops, *(s for s, _ in renames), *(c for c, _, _ in adds)}
-    if tuple(new.key_columns) != tuple(old.key_columns) or moved & set(old.key_columns):
-        raise SinkError(
-            f"version {newest.number} of {newest.table} changes its key columns ({', '.join(old.key_columns)}): a "
-            "mirror table's key cannot be dropped, renamed or replaced in place; re-snapshot the table")
-    widenings = tuple((c, new_sink[c].postgres) for c, s in sources.items() if old_types[s] != new_sink[c].postgres)
-    return Evolution(renames, drops, widenings, tuple(adds))
+    0..n) to the newest, all steps at once (``sinks.evolution.column_moves``)."""
+    moves = column_moves(versions, since)
+    widenings = tuple((c, moves.new[c].postgres)
+                      for c in moves.retyped(lambda a, b: a.postgres == b.postgres))
+    adds = tuple((c, moves.new[c].postgres, v) for c, v in moves.values.items())
+    return Evolution(moves.renames, moves.drops, widenings, adds)
 
 
 @dataclass(kw_only=True)

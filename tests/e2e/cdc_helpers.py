@@ -37,6 +37,10 @@ def parquet_sink(tmp: Path) -> SinkConfig:
     return SinkConfig(type="parquet", path=str(tmp / "sink"))
 
 
+def delta_sink(tmp: Path) -> SinkConfig:
+    return SinkConfig(type="delta", path=str(tmp / "delta"))
+
+
 def jdbc_sink(postgres, schema: str) -> SinkConfig:
     return SinkConfig(type="jdbc", conn={"conn_id": "pg", "host": "127.0.0.1", "port": postgres.port,
                                          "login": postgres.user, "schema": postgres.database}, schema=schema)

@@ -1,5 +1,6 @@
 """The delta sink through the real jobs: snapshot under concurrent writes, stream catch-up, a stream killed
-mid-batch, a re-snapshot, a TRUNCATE and an ALTER followed by its re-snapshot.
+mid-batch, a re-snapshot, a TRUNCATE, an ALTER applied in place and one followed by its re-snapshot (the
+versions' own cases: ``test_schema_evolution.py``, ``component/test_delta_evolution.py``).
 
 Each time the Delta table is read without our code (delta-rs's ``to_pyarrow_table``, pandas, and Polars where
 installed) and compared with MariaDB row by row; ``_delta_log`` must hold no application transaction version
@@ -18,11 +19,7 @@ from airflow_cdc_provider.pipeline.table_schemas import pending_resyncs
 from airflow_cdc_provider.sinks.base import SinkConfig
 from airflow_cdc_provider.state.store import table_dir_name
 
-from .cdc_helpers import BackgroundWriter, Pipeline, normalize, sink_rows, source_rows, table_types
-
-
-def delta_sink(tmp: Path) -> SinkConfig:
-    return SinkConfig(type="delta", path=str(tmp / "delta"))
+from .cdc_helpers import BackgroundWriter, Pipeline, delta_sink, normalize, sink_rows, source_rows, table_types
 
 
 def table_uri(p: Pipeline, source_db, table: str) -> str:
@@ -275,7 +272,7 @@ def test_snapshot_stream_kill_and_resnapshot_converge(source_db, tmp_path, spark
     assert changes.num_rows > 0 and "_change_type" in changes.column_names
 
 
-def test_truncate_then_alter_add_column_and_its_resnapshot(source_db, tmp_path, spark):
+def test_truncate_an_alter_in_place_and_one_by_resnapshot(source_db, tmp_path, spark):
     db = source_db
     db.execute("CREATE TABLE t (id INT PRIMARY KEY, name VARCHAR(20) NOT NULL, qty INT)")
     db.executemany("INSERT INTO t VALUES (%s, %s, %s)", [(i, f"n{i}", i) for i in range(1, 101)])
@@ -308,21 +305,32 @@ def test_truncate_then_alter_add_column_and_its_resnapshot(source_db, tmp_path, 
     db.execute("ALTER TABLE t ADD COLUMN c VARCHAR(5) NOT NULL DEFAULT 'x'")
     db.execute("UPDATE t SET c = 'big' WHERE id = 3")
     db.execute("DELETE FROM t WHERE id = 501")
-    # the inserts before the ALTER are decoded with the snapshot's definition; from the ALTER on the table is held
-    # (the delta sink changes no table in place): it keeps its columns and rows until the re-snapshot
+    # applied in place: the inserts before the ALTER are decoded with the snapshot's definition, the table is
+    # rewritten with the new column holding 'x' in the rows that existed, and nothing is held
+    p.stream()
+    assert [c.kind for c in p.state.schema_changes()] == ["truncate", "evolve"]
+    assert db.table("t") not in pending_resyncs(p.state)
+    want = assert_delta_equals_source(p, db, "t")
+    assert want[(3,)] == (3, "after3", 3, "big") and want[(600,)] == (600, "m600", 600, "x")
+    assert deltalake.DeltaTable(table_uri(p, db, "t")).transaction_version(f"airflow-cdc:{db.table('t')}:schema") \
+        % (1 << 20) == 1
+
+    # an ALTER the sink cannot follow in place (a narrowing): from it on the table is held, its Delta table kept
+    # as it was until the re-snapshot
+    db.execute("UPDATE t SET qty = 5 WHERE id = 601")
+    db.execute("ALTER TABLE t MODIFY name VARCHAR(10) NOT NULL")
+    db.execute("UPDATE t SET name = 'short' WHERE id = 602")
     p.stream()
     assert db.table("t") in pending_resyncs(p.state)
-    held |= {(i,): (i, f"m{i}", i) for i in range(600, 640)}
-    assert delta_rows(p, db, "t", ("id", "name", "qty")) == held
-    assert "c" not in [f.name for f in deltalake.DeltaTable(table_uri(p, db, "t")).schema().fields]
+    held = {k: v for k, v in want.items()}
+    held[(601,)] = (601, "m601", 5, "x")
+    assert delta_rows(p, db, "t", ("id", "name", "qty", "c")) == held
     q = Pipeline(db, tmp_path, delta_sink(tmp_path), ["t"], chunk_size=40)
     q.snapshot(q.plan())
     q.collect()
     assert db.table("t") not in pending_resyncs(p.state)
-    fields = [f.name for f in deltalake.DeltaTable(table_uri(p, db, "t")).schema().fields]
-    assert "c" in fields
     db.execute("UPDATE t SET c = 'late', qty = 7 WHERE id = 600")
     p.stream()
     want = assert_delta_equals_source(p, db, "t")
-    assert want[(3,)] == (3, "after3", 3, "big") and want[(600,)] == (600, "m600", 7, "late")
+    assert want[(602,)] == (602, "short", 602, "x") and want[(600,)] == (600, "m600", 7, "late")
     assert sink_rows(spark, p.sink, p.secrets, table_types(db, "t")) == want

@@ -1,6 +1,6 @@
-"""ALTERs applied in place (``stream.schema_changes: evolve``, the default) through the real jobs, into both
-sinks, compared column by column with MariaDB: a jdbc mirror read with plain SQL, the parquet sink read with
-pyarrow alone, and each sink through its own reader.
+"""ALTERs applied in place (``stream.schema_changes: evolve``, the default) through the real jobs, into every
+sink, compared column by column with MariaDB: a jdbc mirror read with plain SQL, the parquet sink read with
+pyarrow alone, the Delta table with delta-rs alone, and each sink through its own reader.
 
 Covered: an ALTER met by a stream that started after it (the pending changes before it are decoded with the
 definition they were written under; recorded before the query's first batch, or when a later batch holding it
@@ -18,7 +18,7 @@ from airflow_cdc_provider.sinks.registry import open_sink
 from airflow_cdc_provider.source.server import current_offset
 from airflow_cdc_provider.spark.verify import verify_table
 from tests.e2e.cdc_helpers import ThreadedWriter, sink_rows, source_rows, table_types, wait_until
-from tests.e2e.test_schema_changes import arrow_rows, make_pipeline, pg_rows, snapshot_all
+from tests.e2e.test_schema_changes import independent_rows, make_pipeline, snapshot_all
 
 
 def make_tables(db, rows=200):
@@ -34,15 +34,14 @@ def assert_sink_equals_source(p, spark, postgres, db, sink_type, table):
     """The sink through its own reader and independently of it, column by column, with the source's columns."""
     want = source_rows(db, table)
     assert sink_rows(spark, p.sink, p.secrets, table_types(db, table)) == want
-    independent = pg_rows(postgres, db, table) if sink_type == "jdbc" else arrow_rows(p, db, table)
-    assert independent == want
+    assert independent_rows(p, postgres, db, sink_type, table) == want
 
 
 def evolved(p) -> list[tuple[str, str]]:
     return [(c.kind, c.table.table) for c in p.state.schema_changes()]
 
 
-@pytest.mark.parametrize("sink_type", ["jdbc"])  # parquet's versions through the real jobs: the continuous test
+@pytest.mark.parametrize("sink_type", ["jdbc", "delta"])  # parquet's: the continuous test
 def test_alter_between_runs_is_applied_in_place_with_pending_old_rows_and_a_kill_after_it(
         source_db, tmp_path, spark, postgres, sink_type):
     db = source_db
@@ -107,7 +106,7 @@ class NamedColumnWriter(ThreadedWriter):
             cur.execute("DELETE FROM t WHERE id = %s", (self.next_id - 3,))
 
 
-@pytest.mark.parametrize("sink_type", ["parquet"])  # the jdbc mirror's evolution: the tests before and after
+@pytest.mark.parametrize("sink_type", ["parquet", "delta"])  # the jdbc mirror's: the tests before and after
 def test_alters_while_a_continuous_stream_runs_beside_a_writer(source_db, tmp_path, spark, postgres, sink_type):
     db = source_db
     db.execute("CREATE TABLE t (id INT PRIMARY KEY, name VARCHAR(20) NOT NULL DEFAULT 'w', qty INT)")

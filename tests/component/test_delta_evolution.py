@@ -1,0 +1,206 @@
+"""The delta sink applies a table's versions in place, read back with delta-rs alone (no Spark): renames keep
+values, added columns hold the ALTER's value in existing rows (tombstones included), drops go, widenings widen;
+one commit per call, which records the version in the commit itself (an application transaction), so a call
+that fails leaves the table at its version and a call repeated commits nothing."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from airflow_cdc_provider.core.chunks import TableId
+from airflow_cdc_provider.sinks.base import META_NAMES, SinkConfig, SinkError
+from airflow_cdc_provider.sinks.delta import DeltaSink, conform, data_schema, schema_app
+from airflow_cdc_provider.sinks.types import TableSinkTypes
+from airflow_cdc_provider.source.schema import Column, TableSchema
+from airflow_cdc_provider.source.table_versions import TableVersion
+
+TABLE = "shop.t"
+UTC = dt.timezone.utc
+
+
+def column(name: str, column_type: str, precision: int | None = None, scale: int | None = None,
+           fsp: int | None = None) -> Column:
+    data_type = column_type.split("(")[0].split()[0]
+    return Column(name, data_type, column_type, True, None, None, None, precision, scale, fsp)
+
+
+ID = column("id", "int(11)", 10, 0)
+
+
+def version(number: int, *columns: Column, renamed=None, added=None, key: Column = ID) -> TableVersion:
+    schema = TableSchema(TableId.parse(TABLE), (key, *columns), (key.name,), (key.name,))
+    return TableVersion(number, schema, renamed=renamed or {}, added=added or {}, statement=f"ALTER {number}")
+
+
+@pytest.fixture
+def sink(tmp_path) -> DeltaSink:
+    return DeltaSink(SinkConfig(type="delta", path=str(tmp_path / "delta")), {})
+
+
+def table(sink: DeltaSink) -> DeltaTable:
+    return DeltaTable(sink.layout.table_uri(TABLE))
+
+
+def write(sink: DeltaSink, v: TableVersion, data: list[tuple], pos: int = 100, op: str = "c") -> None:
+    """Rows of version ``v`` MERGEd as a stream batch writes them (newer versions win)."""
+    types = TableSinkTypes.of(v.schema, v.number)
+    fields = list(data_schema(types))
+    columns = [pa.array([r[i] for r in data], f.type) for i, f in enumerate(fields)]
+    n = len(data)
+    meta = [pa.array([op] * n), pa.array([0] * n, pa.int64()), pa.array([1] * n, pa.int64()),
+            pa.array([pos + i for i in range(n)], pa.int64()), pa.array([0] * n, pa.int32())]
+    batch = pa.RecordBatch.from_arrays([*columns, *meta, pa.array([op == "d"] * n), pa.nulls(n, pa.string())],
+                                       names=[*(f.name for f in fields), *META_NAMES, "_cdc_deleted", "_cdc_chunk"])
+    sink._merge(TABLE, list(v.schema.key_columns),
+                lambda schema: pa.RecordBatchReader.from_batches(schema, [conform(batch, schema, TABLE)]),
+                None, f"rows at {pos}")
+
+
+def start(sink: DeltaSink, v0: TableVersion, data: list[tuple]) -> None:
+    sink.prepare(TableSinkTypes.of(v0.schema))
+    write(sink, v0, data)
+
+
+def rows(sink: DeltaSink, *names: str) -> list[tuple]:
+    got = table(sink).to_pyarrow_table(columns=list(names)).to_pylist()
+    return sorted(tuple(r[n] for n in names) for r in got)
+
+
+def data_types(sink: DeltaSink) -> dict[str, pa.DataType]:
+    schema = pa.schema(table(sink).schema().to_arrow())
+    return {f.name: f.type for f in schema if not f.name.startswith("_cdc_")}
+
+
+def recorded(sink: DeltaSink) -> int | None:
+    return sink.definition(TABLE).version
+
+
+def test_one_version_renames_drops_widens_and_adds(sink):
+    v0 = version(0, column("a", "varchar(10)"), column("b", "int(11)", 10, 0),
+                 column("c", "decimal(10,2)", 10, 2), column("d", "text"))
+    start(sink, v0, [(1, "x", 5, Decimal("12.34"), "gone"), (2, "y", None, None, "gone")])
+    write(sink, v0, [(2, "y", None, None, "gone")], pos=500, op="d")  # a tombstone gets the added values too
+    v1 = version(1, column("b", "bigint(20)", 19, 0), column("we ird", "varchar(10)"),
+                 column("c", "decimal(14,4)", 14, 4), column("e", "int(11)", 10, 0), column("f", "varchar(20)"),
+                 column("g", "datetime(3)", fsp=3), column("h", "timestamp"), column("u", "bigint(20) unsigned", 20, 0),
+                 column("bl", "blob"), column("n", "int(11)", 10, 0),
+                 renamed={"we ird": "a"},
+                 added={"e": 7, "f": "it's 100%", "g": dt.datetime(2024, 1, 2, 3, 4, 5, 678000),
+                        "h": dt.datetime(2024, 5, 6, 7, 8, 9), "u": 2**64 - 1, "bl": b"\x00'\x01", "n": None})
+    before = table(sink).version()
+
+    sink.evolve_in_place([v0, v1])
+
+    assert data_types(sink) == {
+        "id": pa.int32(), "b": pa.int64(), "we ird": pa.string(), "c": pa.decimal128(14, 4), "e": pa.int32(),
+        "f": pa.string(), "g": pa.timestamp("us"), "h": pa.timestamp("us", tz="UTC"), "u": pa.decimal128(20, 0),
+        "bl": pa.binary(), "n": pa.int32()}
+    added = (7, "it's 100%", dt.datetime(2024, 1, 2, 3, 4, 5, 678000), dt.datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC),
+             Decimal(2**64 - 1), b"\x00'\x01", None)
+    got = rows(sink, "id", "we ird", "b", "c", "_cdc_deleted", "_cdc_pos", "e", "f", "g", "h", "u", "bl", "n")
+    assert got == [(1, "x", 5, Decimal("12.3400"), False, 100, *added), (2, "y", None, None, True, 500, *added)]
+    assert recorded(sink) == 1
+    # one commit rewrote the table and recorded the version; then the statistics columns leave out u (too wide)
+    commits = list(reversed(table(sink).history(table(sink).version() - before)))
+    assert [c["operation"] for c in commits] == ["WRITE", "SET TBLPROPERTIES"], commits
+    assert commits[0]["airflow_cdc"] == "schema version 1: ALTER 1"
+    write(sink, v1, [(3, 2**40, "z", Decimal("1234567890.1234"), 1, "f", None, None, None, None, None)], pos=900)
+    assert rows(sink, "id", "b", "c")[-1] == (3, 2**40, Decimal("1234567890.1234"))
+
+    at = table(sink).version()
+    sink.evolve_in_place([v0, v1])  # again: nothing to do
+    assert table(sink).version() == at and rows(sink, "id", "e") == [(1, 7), (2, 7), (3, 1)]
+
+
+def test_columns_of_nulls_are_added_without_a_rewrite(sink):
+    v0 = version(0, column("a", "int(11)", 10, 0))
+    start(sink, v0, [(1, 1), (2, 2)])
+    files = set(table(sink).file_uris())
+    v1 = version(1, column("a", "int(11)", 10, 0), column("b", "varchar(5)"), added={"b": None})
+    sink.evolve_in_place([v0, v1])
+    assert set(table(sink).file_uris()) == files and recorded(sink) == 1
+    assert rows(sink, "id", "a", "b") == [(1, 1, None), (2, 2, None)]
+    write(sink, v1, [(2, 20, "new")], pos=300, op="u")
+    assert rows(sink, "id", "a", "b") == [(1, 1, None), (2, 20, "new")]
+
+
+def test_a_longer_chain_continues_from_the_recorded_version(sink):
+    v0 = version(0, column("c", "varchar(5)"), column("x", "int(11)", 10, 0), column("w", "int(11)", 10, 0))
+    start(sink, v0, [(1, "one", 10, 100), (2, "two", 20, 200)])
+    v1 = version(1, column("x", "int(11)", 10, 0), column("w", "bigint(20)", 19, 0))  # drop c, widen w
+    sink.evolve_in_place([v0, v1])
+    assert set(data_types(sink)) == {"id", "x", "w"} and recorded(sink) == 1
+    v2 = version(2, column("x", "int(11)", 10, 0), column("w", "bigint(20)", 19, 0), column("c", "varchar(5)"),
+                 added={"c": "back"})
+    v3 = version(3, column("c", "varchar(5)"), column("y", "bigint(20)", 19, 0), column("w", "bigint(20)", 19, 0),
+                 column("x", "int(11)", 10, 0), renamed={"y": "x"}, added={"x": 0})  # x -> y widened, x again
+    sink.evolve_in_place([v0, v1, v2, v3])
+    assert data_types(sink) == {"id": pa.int32(), "c": pa.string(), "y": pa.int64(), "w": pa.int64(),
+                                "x": pa.int32()}
+    assert rows(sink, "id", "c", "y", "w", "x") == [(1, "back", 10, 100, 0), (2, "back", 20, 200, 0)]
+    assert recorded(sink) == 3
+
+
+def test_swapped_names_and_a_rename_onto_a_dropped_column(sink):
+    v0 = version(0, column("a", "varchar(5)"), column("b", "varchar(5)"), column("c", "varchar(5)"))
+    start(sink, v0, [(1, "A", "B", "C")])
+    v1 = version(1, column("b", "varchar(5)"), column("a", "varchar(5)"), column("c", "varchar(5)"),
+                 renamed={"a": "b", "b": "a"})
+    v2 = version(2, column("b", "varchar(5)"), column("c", "varchar(5)"), renamed={"b": "a"})  # drop b, a -> b
+    sink.evolve_in_place([v0, v1])
+    assert rows(sink, "id", "a", "b", "c") == [(1, "B", "A", "C")]
+    sink.evolve_in_place([v0, v1, v2])
+    assert set(data_types(sink)) == {"id", "b", "c"}
+    assert rows(sink, "id", "b", "c") == [(1, "B", "C")] and recorded(sink) == 2
+
+
+def test_a_failing_rewrite_leaves_the_table_at_its_version(sink):
+    v0 = version(0, column("a", "int(11)", 10, 0))
+    start(sink, v0, [(1, 1)])
+    at = table(sink).version()
+    v1 = version(1, column("a", "bigint(20)", 19, 0), column("b", "int(11)", 10, 0), column("c", "int(11)", 10, 0),
+                 added={"b": 1, "c": "not a number"})
+    with pytest.raises(Exception):
+        sink.evolve_in_place([v0, v1])
+    assert table(sink).version() == at and recorded(sink) == 0
+    assert data_types(sink) == {"id": pa.int32(), "a": pa.int32()} and rows(sink, "id", "a") == [(1, 1)]
+
+
+def test_a_widened_key_takes_wider_keys(sink):
+    v0 = version(0, column("a", "int(11)", 10, 0))
+    start(sink, v0, [(1, 1)])
+    v1 = version(1, column("a", "int(11)", 10, 0), key=column("id", "bigint(20)", 19, 0))
+    sink.evolve_in_place([v0, v1])
+    write(sink, v1, [(2**40, 2), (1, 3)], pos=200)
+    assert data_types(sink) == {"id": pa.int64(), "a": pa.int32()} and rows(sink, "id", "a") == [(1, 3), (2**40, 2)]
+
+
+def test_key_changes_and_foreign_definitions_are_refused(sink):
+    v0 = version(0, column("a", "int(11)", 10, 0))
+    start(sink, v0, [(1, 1)])
+    renamed_key = TableVersion(1, TableSchema(TableId.parse(TABLE), (column("k", "int(11)", 10, 0),
+                                                                     column("a", "int(11)", 10, 0)), ("k",), ("k",)),
+                               renamed={"k": "id"})
+    with pytest.raises(SinkError, match="key"):
+        sink.evolve_in_place([v0, renamed_key])
+    other = version(0, column("z", "int(11)", 10, 0))
+    with pytest.raises(SinkError, match="changed outside the pipeline"):
+        sink.evolve_in_place([other, version(1, column("z", "int(11)", 10, 0), column("q", "int(11)", 10, 0))])
+    assert recorded(sink) == 0 and rows(sink, "id", "a") == [(1, 1)]
+
+
+def test_a_new_snapshot_starts_the_versions_again(sink):
+    """A re-snapshot's definition is its epoch's version 0: recorded again, in a transaction version that grows."""
+    v0 = version(0, column("a", "int(11)", 10, 0))
+    start(sink, v0, [(1, 1)])
+    v1 = version(1, column("a", "int(11)", 10, 0), column("b", "int(11)", 10, 0), added={"b": 5})
+    sink.evolve_in_place([v0, v1])
+    first = table(sink).transaction_version(schema_app(TABLE))
+    sink.prepare(TableSinkTypes.of(v1.schema), evolve=True)  # the new epoch's definition: version 0
+    assert recorded(sink) == 0 and table(sink).transaction_version(schema_app(TABLE)) > first
+    assert rows(sink, "id", "a", "b") == [(1, 1, 5)]
