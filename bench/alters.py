@@ -1,7 +1,8 @@
 """The stream's catch-up over a binlog with ALTERs it applies in place, against the same catch-up with no DDL
 (``--only alters``).
 
-On one sysbench table, with a parquet pipeline (and a jdbc one with ``--sinks ... jdbc``), snapshotted first:
+On one sysbench table, with a parquet pipeline (and a jdbc or delta one with ``--sinks ... jdbc,delta``),
+snapshotted first:
 
 * **plain**: ``changes`` row changes of sysbench oltp_write_only, then each pipeline's catch-up (a DAG run; the
   stream task's time, ``available_now``);
@@ -115,6 +116,15 @@ def sink_checksum(bench: "Bench", dag_id: str, sink: str, db: str, columns: list
         if sorted(have) != sorted(columns):
             return f"columns differ: {', '.join(sorted(set(have) ^ set(columns)))}"
         return checksum(zip(*(table[x].to_pylist() for x in columns)))
+    if sink == "delta":
+        import deltalake
+
+        dt_ = deltalake.DeltaTable(str(bench.work / dag_id / "sink" / f"{db}.sbtest1"))
+        have = [f.name for f in dt_.schema().fields if not f.name.startswith("_cdc_")]
+        if sorted(have) != sorted(columns):
+            return f"columns differ: {', '.join(sorted(set(have) ^ set(columns)))}"
+        live = dt_.to_pyarrow_table(columns=columns, filters=[("_cdc_deleted", "=", False)])
+        return checksum(zip(*(live.column(x).to_pylist() for x in columns)))
     with contextlib.closing(bench.pg.connect()) as conn, conn.cursor() as cur:
         name = mirror_table_name(f"{db}.sbtest1")
         cur.execute("SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s",
@@ -290,7 +300,7 @@ def code_state() -> str:
 
 def alters_vs_plain(bench: "Bench", changes: int, every: int, sinks: Sequence[str]) -> None:
     """The catch-up of ``changes`` row changes with an ALTER every ``every`` of them, against the same number of
-    changes with no DDL, for each of ``sinks`` (parquet, jdbc)."""
+    changes with no DDL, for each of ``sinks`` (parquet, jdbc, delta)."""
     blocks = max(1, changes // every)
     changes = blocks * every
     db = "alt"

@@ -5,7 +5,6 @@ that fails leaves the table at its version and a call repeated commits nothing."
 
 from __future__ import annotations
 
-import datetime as dt
 from decimal import Decimal
 
 import pyarrow as pa
@@ -16,25 +15,10 @@ from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.sinks.base import META_NAMES, SinkConfig, SinkError
 from airflow_cdc_provider.sinks.delta import DeltaSink, conform, data_schema, schema_app
 from airflow_cdc_provider.sinks.types import TableSinkTypes
-from airflow_cdc_provider.source.schema import Column, TableSchema
+from airflow_cdc_provider.source.schema import TableSchema
 from airflow_cdc_provider.source.table_versions import TableVersion
-
-TABLE = "shop.t"
-UTC = dt.timezone.utc
-
-
-def column(name: str, column_type: str, precision: int | None = None, scale: int | None = None,
-           fsp: int | None = None) -> Column:
-    data_type = column_type.split("(")[0].split()[0]
-    return Column(name, data_type, column_type, True, None, None, None, precision, scale, fsp)
-
-
-ID = column("id", "int(11)", 10, 0)
-
-
-def version(number: int, *columns: Column, renamed=None, added=None, key: Column = ID) -> TableVersion:
-    schema = TableSchema(TableId.parse(TABLE), (key, *columns), (key.name,), (key.name,))
-    return TableVersion(number, schema, renamed=renamed or {}, added=added or {}, statement=f"ALTER {number}")
+from tests.component.evolution_cases import ADDED_VALUES, TABLE, column, one_version_of_every_kind, \
+    swap_then_rename_onto_a_dropped_column, version
 
 
 @pytest.fixture
@@ -81,17 +65,9 @@ def recorded(sink: DeltaSink) -> int | None:
 
 
 def test_one_version_renames_drops_widens_and_adds(sink):
-    v0 = version(0, column("a", "varchar(10)"), column("b", "int(11)", 10, 0),
-                 column("c", "decimal(10,2)", 10, 2), column("d", "text"))
-    start(sink, v0, [(1, "x", 5, Decimal("12.34"), "gone"), (2, "y", None, None, "gone")])
-    write(sink, v0, [(2, "y", None, None, "gone")], pos=500, op="d")  # a tombstone gets the added values too
-    v1 = version(1, column("b", "bigint(20)", 19, 0), column("we ird", "varchar(10)"),
-                 column("c", "decimal(14,4)", 14, 4), column("e", "int(11)", 10, 0), column("f", "varchar(20)"),
-                 column("g", "datetime(3)", fsp=3), column("h", "timestamp"), column("u", "bigint(20) unsigned", 20, 0),
-                 column("bl", "blob"), column("n", "int(11)", 10, 0),
-                 renamed={"we ird": "a"},
-                 added={"e": 7, "f": "it's 100%", "g": dt.datetime(2024, 1, 2, 3, 4, 5, 678000),
-                        "h": dt.datetime(2024, 5, 6, 7, 8, 9), "u": 2**64 - 1, "bl": b"\x00'\x01", "n": None})
+    v0, v1, data = one_version_of_every_kind("we ird")
+    start(sink, v0, data)
+    write(sink, v0, data[1:], pos=500, op="d")  # a tombstone gets the added values too
     before = table(sink).version()
 
     sink.evolve_in_place([v0, v1])
@@ -100,8 +76,7 @@ def test_one_version_renames_drops_widens_and_adds(sink):
         "id": pa.int32(), "b": pa.int64(), "we ird": pa.string(), "c": pa.decimal128(14, 4), "e": pa.int32(),
         "f": pa.string(), "g": pa.timestamp("us"), "h": pa.timestamp("us", tz="UTC"), "u": pa.decimal128(20, 0),
         "bl": pa.binary(), "n": pa.int32()}
-    added = (7, "it's 100%", dt.datetime(2024, 1, 2, 3, 4, 5, 678000), dt.datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC),
-             Decimal(2**64 - 1), b"\x00'\x01", None)
+    added = ADDED_VALUES
     got = rows(sink, "id", "we ird", "b", "c", "_cdc_deleted", "_cdc_pos", "e", "f", "g", "h", "u", "bl", "n")
     assert got == [(1, "x", 5, Decimal("12.3400"), False, 100, *added), (2, "y", None, None, True, 500, *added)]
     assert recorded(sink) == 1
@@ -147,11 +122,8 @@ def test_a_longer_chain_continues_from_the_recorded_version(sink):
 
 
 def test_swapped_names_and_a_rename_onto_a_dropped_column(sink):
-    v0 = version(0, column("a", "varchar(5)"), column("b", "varchar(5)"), column("c", "varchar(5)"))
+    v0, v1, v2 = swap_then_rename_onto_a_dropped_column()
     start(sink, v0, [(1, "A", "B", "C")])
-    v1 = version(1, column("b", "varchar(5)"), column("a", "varchar(5)"), column("c", "varchar(5)"),
-                 renamed={"a": "b", "b": "a"})
-    v2 = version(2, column("b", "varchar(5)"), column("c", "varchar(5)"), renamed={"b": "a"})  # drop b, a -> b
     sink.evolve_in_place([v0, v1])
     assert rows(sink, "id", "a", "b", "c") == [(1, "B", "A", "C")]
     sink.evolve_in_place([v0, v1, v2])

@@ -3,7 +3,6 @@ in existing rows, drops go, widenings widen; one transaction per call, the versi
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from decimal import Decimal
 
@@ -14,25 +13,12 @@ from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.sinks.base import SinkConfig, SinkError
 from airflow_cdc_provider.sinks.postgres import PostgresSink, evolution
 from airflow_cdc_provider.sinks.types import TableSinkTypes
-from airflow_cdc_provider.source.schema import Column, TableSchema
+from airflow_cdc_provider.source.schema import TableSchema
 from airflow_cdc_provider.source.table_versions import TableVersion
+from tests.component.evolution_cases import ADDED_VALUES, TABLE, column, one_version_of_every_kind, \
+    swap_then_rename_onto_a_dropped_column, version
 
-TABLE = "shop.t"
 MIRROR = "shop__t"
-
-
-def column(name: str, column_type: str, precision: int | None = None, scale: int | None = None,
-           fsp: int | None = None) -> Column:
-    data_type = column_type.split("(")[0].split()[0]
-    return Column(name, data_type, column_type, True, None, None, None, precision, scale, fsp)
-
-
-ID = column("id", "int(11)", 10, 0)
-
-
-def version(number: int, *columns: Column, renamed=None, added=None) -> TableVersion:
-    schema = TableSchema(TableId.parse(TABLE), (ID, *columns), ("id",), ("id",))
-    return TableVersion(number, schema, renamed=renamed or {}, added=added or {})
 
 
 @pytest.fixture
@@ -76,17 +62,9 @@ def start(sink: PostgresSink, v0: TableVersion, data: list[tuple]) -> None:
 
 
 def test_one_version_renames_drops_widens_and_adds(sink):
-    v0 = version(0, column("a", "varchar(10)"), column("b", "int(11)", 10, 0),
-                 column("c", "decimal(10,2)", 10, 2), column("d", "text"))
-    start(sink, v0, [(1, "x", 5, Decimal("12.34"), "gone"), (2, "y", None, None, "gone")])
-    write(sink, v0, [(2, "y", None, None, "gone")], pos=500, op="d")  # a tombstone gets the added values too
-    v1 = version(1, column("b", "bigint(20)", 19, 0), column('we"ird name', "varchar(10)"),
-                 column("c", "decimal(14,4)", 14, 4), column("e", "int(11)", 10, 0), column("f", "varchar(20)"),
-                 column("g", "datetime(3)", fsp=3), column("h", "timestamp"), column("u", "bigint(20) unsigned", 20, 0),
-                 column("bl", "blob"), column("n", "int(11)", 10, 0),
-                 renamed={'we"ird name': "a"},
-                 added={"e": 7, "f": "it's 100%", "g": dt.datetime(2024, 1, 2, 3, 4, 5, 678000),
-                        "h": dt.datetime(2024, 5, 6, 7, 8, 9), "u": 2**64 - 1, "bl": b"\x00'\x01", "n": None})
+    v0, v1, data = one_version_of_every_kind('we"ird name')
+    start(sink, v0, data)
+    write(sink, v0, data[1:], pos=500, op="d")  # a tombstone gets the added values too
 
     sink.evolve_in_place([v0, v1])
 
@@ -94,9 +72,7 @@ def test_one_version_renames_drops_widens_and_adds(sink):
         "id": "integer", "b": "bigint", 'we"ird name': "text", "c": "numeric(14,4)", "e": "integer", "f": "text",
         "g": "timestamp(3) without time zone", "h": "timestamp(0) with time zone", "u": "numeric(20,0)",
         "bl": "bytea", "n": "integer"}
-    utc = dt.timezone.utc
-    added = (7, "it's 100%", dt.datetime(2024, 1, 2, 3, 4, 5, 678000), dt.datetime(2024, 5, 6, 7, 8, 9, tzinfo=utc),
-             Decimal(2**64 - 1), b"\x00'\x01", None)
+    added = ADDED_VALUES
     got = [(*r[:-2], bytes(r[-2]), r[-1]) for r in
            rows(sink, "id", 'we"ird name', "b", "c", "_cdc_deleted", "e", "f", "g", "h", "u", "bl", "n")]
     assert got == [(1, "x", 5, Decimal("12.3400"), False, *added), (2, "y", None, None, True, *added)]
@@ -152,11 +128,8 @@ def test_a_chain_applied_at_once_ends_as_applied_step_by_step(sink):
 
 
 def test_swapped_names_and_a_rename_onto_a_dropped_column(sink):
-    v0 = version(0, column("a", "varchar(5)"), column("b", "varchar(5)"), column("c", "varchar(5)"))
+    v0, v1, v2 = swap_then_rename_onto_a_dropped_column()
     start(sink, v0, [(1, "A", "B", "C")])
-    v1 = version(1, column("b", "varchar(5)"), column("a", "varchar(5)"), column("c", "varchar(5)"),
-                 renamed={"a": "b", "b": "a"})
-    v2 = version(2, column("b", "varchar(5)"), column("c", "varchar(5)"), renamed={"b": "a"})  # drop b, a -> b
     sink.evolve_in_place([v0, v1])
     assert rows(sink, "id", "a", "b", "c") == [(1, "B", "A", "C")]
     sink.evolve_in_place([v0, v1, v2])
