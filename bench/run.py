@@ -1,7 +1,7 @@
 """``make bench``: our pipeline against what users would run instead, measured in the same run.
 
     python bench/run.py [--rows 1000000,5000000,10000000] [--tables 10x100000] [--changes 200000]
-                        [--latency-seconds 60] [--memory-changes 1000000]
+                        [--latency-seconds 60] [--latency-rate 500] [--memory-changes 1000000]
                         [--only snapshot,tables,catchup,latency,memory] [--sinks parquet,jdbc,delta]
                         [--only chameleon --chameleon-rows 1000000]   (pg_chameleon side by side: bench/chameleon.py)
                         [--only alters --alter-changes 100000 --alter-every 10000]   (ALTERs: bench/alters.py)
@@ -649,13 +649,14 @@ def main() -> int:
     ap.add_argument("--rows", default="1000000,5000000,10000000", help="snapshot table sizes, comma separated")
     ap.add_argument("--changes", type=int, default=200_000, help="row changes of the catch-up scenario")
     ap.add_argument("--latency-seconds", type=int, default=60)
+    ap.add_argument("--latency-rate", type=int, default=500, help="row changes/s of the latency scenario's load")
     ap.add_argument("--memory-changes", type=int, default=1_000_000, help="row changes of the memory catch-up")
     ap.add_argument("--tables", default="10x100000", help="the many-tables snapshot: COUNTxROWS")
     ap.add_argument("--only", default="snapshot,tables,catchup,latency,memory")
     ap.add_argument("--sinks", default="parquet,jdbc,delta",
                     help="sinks of the snapshot and catch-up scenarios, any of parquet,jdbc,delta; parquet always runs "
                          "(the baseline of the others), jdbc in the catch-up, delta in the snapshot, the catch-up and "
-                         "the memory scenario, each right after the parquet run on the same data")
+                         "the memory scenario, each right after the parquet run on the same data; both in the ALTERs")
     ap.add_argument("--no-connect", action="store_true",
                     help="skip the snapshot and the catch-up with their tasks on a Spark Connect server")
     ap.add_argument("--chameleon-rows", default="1000000",
@@ -724,12 +725,12 @@ def main() -> int:
                                       "/ Python driver / all Python", driver_peaks(samplers["delta"]),
                                       driver_peaks(samplers["parquet"]), "-", "flat in changes")
             if "latency" in only:
-                bench.latency(args.latency_seconds)
+                bench.latency(args.latency_seconds, args.latency_rate)
             if "chameleon" in only:
                 for rows in (int(x) for x in args.chameleon_rows.split(",") if x):
                     chameleon_side_by_side(bench, rows, args.changes)
             if "alters" in only:
-                alters_vs_plain(bench, args.alter_changes, args.alter_every, [x for x in sinks if x != "delta"])
+                alters_vs_plain(bench, args.alter_changes, args.alter_every, sinks)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

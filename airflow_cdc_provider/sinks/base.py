@@ -130,16 +130,18 @@ class Sink(abc.ABC):
     # -- the Spark jobs ---------------------------------------------------------------------------------
     def prepare(self, types, evolve: bool = False) -> None:
         """Once per table and job, before the first write: create the table, record its definition. ``evolve``
-        (the snapshot job): an existing table takes the source's new definition for this snapshot; the stream
-        never changes it (a table held for a re-snapshot keeps its sink as it was)."""
+        (the snapshot job): an existing table takes the source's new definition for this snapshot, and is
+        recorded at version 0 of its epoch (``types.epoch``) unless the stream evolved it in this epoch already;
+        the stream never changes it (a table held for a re-snapshot keeps its sink as it was)."""
 
-    def evolve_in_place(self, versions) -> None:
+    def evolve_in_place(self, versions, epoch: int) -> None:
         """Bring the table to the newest of ``versions`` (``source.table_versions.TableVersion``, numbered 0..n;
-        version 0 is the definition its snapshot epoch was read with), as the source's ALTERs did: renamed
+        version 0 is the definition snapshot epoch ``epoch`` was read with), as the source's ALTERs did: renamed
         columns keep their values, added ones hold the version's ``added`` value in every existing row,
         dropped ones go, widened ones take the wider type. Called by the stream job when its query starts,
         before any batch written with the newest version (``types.version``); idempotent (a restart calls it
-        again). Only for sinks whose ``evolves_in_place`` is true."""
+        again). A table a newer epoch's snapshot has prepared is left as it is (it is being re-snapshotted).
+        Only for sinks whose ``evolves_in_place`` is true."""
         raise NotImplementedError(f"the {self.type} sink does not apply schema changes in place")
 
     @abc.abstractmethod

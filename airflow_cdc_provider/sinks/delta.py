@@ -26,6 +26,9 @@ MERGE on the driver, batch by batch), never as Python objects on the driver. A s
 table cannot hold (a first snapshot's, not a retried one) skips the MERGE: the executors write its data files
 straight into the table and the driver commits their add actions (``delta_append``, which says when that is
 correct).
+
+An ALTER the stream applies in place (``evolve_in_place``) changes the table in one commit that also records the
+snapshot epoch and table version its columns are at (``schema_record``), so a crash leaves the two in step.
 """
 
 from __future__ import annotations
@@ -69,7 +72,8 @@ KEY_PROPERTY = "airflow_cdc.key"  # the table's key (JSON list), checked at ever
 EMPTIED_PROPERTY = "airflow_cdc.emptied_at"  # version of the newest truncate or drop ("seq,pos,row")
 STATS_PROPERTY = "delta.dataSkippingStatsColumns"  # the columns whose min, max and null count files state
 COMMIT_RETRIES = 20
-SCHEMA_VERSIONS = 1 << 20  # table versions a schema commit can record (``version_commit``)
+SCHEMA_VERSIONS = 1 << 20  # table versions of one epoch a schema record can hold (``version_commit``)
+REWRITE_FILE_ROWS = 1 << 20  # rows per data file of a table rewritten by the stream
 BATCH_ROWS = 1 << 16
 
 _META_ARROW = {"string": "string", "bigint": "int64", "int": "int32"}
@@ -150,27 +154,49 @@ def schema_app(table: str) -> str:
     return f"airflow-cdc:{table}:schema"
 
 
-def schema_version(dt, table: str) -> int:
-    """The table version (``source.table_versions``) the table's columns are at; 0 when none is recorded (a
-    table's first snapshot's definition)."""
+def schema_record(dt, table: str) -> tuple[int, int]:
+    """(snapshot epoch, table version of it) the table's columns are at (``source.table_versions``); (0, 0) when
+    none is recorded (a table's first snapshot's definition)."""
     recorded = dt.transaction_version(schema_app(table))
-    return 0 if recorded is None else int(recorded) % SCHEMA_VERSIONS
+    return (0, 0) if recorded is None else divmod(int(recorded), SCHEMA_VERSIONS)
 
 
-def version_commit(dt, table: str, version: int, what: str, exclusive: bool = False):
-    """Commit properties recording ``version`` as the table's schema version in the commit itself. The
-    transaction's version is a count of such commits times ``SCHEMA_VERSIONS`` plus the table version, so it
-    only grows (a re-snapshot starts the table versions at 0 again). ``exclusive``: the commit fails rather than
-    land after a concurrent one (``committing`` then runs it again on the new table version)."""
+def schema_version(dt, table: str) -> int:
+    return schema_record(dt, table)[1]
+
+
+def version_commit(table: str, epoch: int, version: int, what: str, exclusive: bool = False):
+    """Commit properties recording (``epoch``, ``version``) as the table's schema in the commit itself: the
+    transaction's version is ``epoch * SCHEMA_VERSIONS + version``, so it only grows. ``exclusive``: the commit
+    fails rather than land after a concurrent one (``committing`` then runs it again on the new table version)."""
     from deltalake.transaction import CommitProperties, Transaction
 
-    if not 0 <= version < SCHEMA_VERSIONS:
-        raise SinkError(f"{table}: table version {version} is out of the range the delta sink records")
-    recorded = dt.transaction_version(schema_app(table)) if dt is not None else None
-    count = 0 if recorded is None else int(recorded) // SCHEMA_VERSIONS + 1
+    if not 0 <= version < SCHEMA_VERSIONS or not 0 <= epoch < (1 << 63) // SCHEMA_VERSIONS:
+        raise SinkError(f"{table}: table version {version} of epoch {epoch} is out of the range the delta sink "
+                        "records")
     return CommitProperties(custom_metadata={"airflow_cdc": what},
-                            app_transactions=[Transaction(schema_app(table), count * SCHEMA_VERSIONS + version)],
+                            app_transactions=[Transaction(schema_app(table), epoch * SCHEMA_VERSIONS + version)],
                             max_commit_retries=0 if exclusive else None)
+
+
+def record_schema(dt, table: str, epoch: int, version: int, what: str) -> None:
+    """A commit of no data recording the table's schema (``version_commit``); unlike a change of the table's
+    properties, it adds no protocol feature to the table."""
+    dt.create_write_transaction([], "append", dt.schema(), commit_properties=version_commit(table, epoch, version, what))
+
+
+def carry(batch, wanted, moves):
+    """A batch of the table's rows as ``wanted``'s columns: each from the column ``moves`` (``ColumnMoves``) says
+    it comes from, cast up, or the value an ALTER gave it; the sink's own columns as they are."""
+    import pyarrow as pa
+
+    arrays = []
+    for f in wanted:
+        if f.name in moves.values:
+            arrays.append(arrow_literal(moves.values[f.name], f.type, batch.num_rows))
+        else:
+            arrays.append(batch.column(moves.sources.get(f.name, f.name)).cast(f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=wanted)
 
 
 def spark_ddl(types) -> str:
@@ -331,14 +357,18 @@ class DeltaSink(FileSink):
             DeltaTable.create(self.layout.table_uri(table), wanted, mode="ignore", name=table,
                               configuration=config if stats is None else {**config, STATS_PROPERTY: stats},
                               raise_if_key_not_exists=False,
-                              commit_properties=version_commit(None, table, types.version, "created"))
+                              commit_properties=version_commit(table, types.epoch, types.version, "created"))
             dt = self.open_table(table)
         if evolve:
+            at_epoch, at = schema_record(dt, table)
+            if at_epoch > types.epoch or (at_epoch == types.epoch and at > types.version):
+                log.warning("%s: the table is at version %d of epoch %d: left as it is for epoch %d's snapshot",
+                            table, at, at_epoch, types.epoch)
+                return
             self._evolve(dt, types, wanted)
             dt = self.open_table(table)
-            if schema_version(dt, table) != types.version:
-                dt.alter.set_table_properties({}, raise_if_not_exists=False, commit_properties=version_commit(
-                    dt, table, types.version, "schema version of a new snapshot"))
+            if schema_record(dt, table) != (types.epoch, types.version):
+                record_schema(dt, table, types.epoch, types.version, f"snapshot epoch {types.epoch}'s definition")
                 dt = self.open_table(table)
         self._fix_stats(dt, table)
 
@@ -351,13 +381,15 @@ class DeltaSink(FileSink):
             dt.alter.set_table_properties({STATS_PROPERTY: stats}, raise_if_not_exists=False)
 
     def _evolve(self, dt, types, wanted) -> None:
-        """An existing table's key checked, its columns made ``wanted``'s."""
+        """An existing table's key checked, its columns made ``wanted``'s, in a commit recording the snapshot's
+        definition (``types.epoch``, ``types.version``) as the table's schema."""
         from deltalake import Schema
 
         table, keys = str(types.schema.table), list(types.schema.key_columns)
         config = dt.metadata().configuration
         if KEY_PROPERTY not in config:
             dt.alter.set_table_properties({KEY_PROPERTY: json.dumps(keys)}, raise_if_not_exists=False)
+            dt = self.open_table(table)
         elif json.loads(config[KEY_PROPERTY]) != keys:
             raise SinkError(
                 f"the key of {table} changed from ({', '.join(json.loads(config[KEY_PROPERTY]))}) to "
@@ -367,48 +399,40 @@ class DeltaSink(FileSink):
         want = {f.name: f.type for f in Schema.from_arrow(wanted).fields}
         if have == want:
             return
+        props = version_commit(table, types.epoch, types.version, f"snapshot epoch {types.epoch}'s definition",
+                               exclusive=True)
         if all(have.get(n) == t for n, t in want.items() if n in have) and set(have) <= set(want):
             from deltalake import Field
 
             log.info("%s: adding columns %s to %s", table, sorted(set(want) - set(have)), dt.table_uri)
             dt.alter.add_columns([Field(f.name, f.type, nullable=True) for f in Schema.from_arrow(wanted).fields
-                                  if f.name not in have])
+                                  if f.name not in have], commit_properties=props)
             return
         import pyarrow as pa
 
         kept = {n for n, t in want.items() if have.get(n) == t}
         log.warning("%s: columns dropped or retyped; rewriting %s with the new definition (the changed columns are "
                     "NULL until the table's re-snapshot)", table, dt.table_uri)
-        self._rewrite(dt, wanted, lambda b, f: b.column(f.name) if f.name in kept else pa.nulls(b.num_rows, f.type))
 
-    def _rewrite(self, dt, wanted, column: Callable[[Any, Any], Any], props=None) -> None:
-        """Rewrite the table with ``wanted`` columns in one overwrite commit (``props``: its commit properties), its
-        files streamed through batch by batch: ``column(batch, field)`` is a wanted field's values for the
-        batch's rows (cast to the field's type here)."""
-        import pyarrow as pa
-        from deltalake import write_deltalake
+        def carried(b):
+            return pa.RecordBatch.from_arrays(
+                [b.column(f.name) if f.name in kept else pa.nulls(b.num_rows, f.type) for f in wanted], schema=wanted)
 
-        # the table's files read by pyarrow, not delta-rs: the writer below runs delta-rs's runtime already
-        current = self.layout.files(dt.file_uris(), self._arrow_schema(dt))
+        self._rewrite(dt, table, wanted, carried, props)
 
-        def batches() -> Iterator[Any]:
-            for b in current.to_batches(batch_size=BATCH_ROWS):
-                yield pa.RecordBatch.from_arrays([column(b, f).cast(f.type) for f in wanted], schema=wanted)
-
-        write_deltalake(dt, pa.RecordBatchReader.from_batches(wanted, batches()), mode="overwrite",
-                        schema_mode="overwrite", commit_properties=props)
-
-    def evolve_in_place(self, versions) -> None:
-        """Bring the table from the version it records (``schema_version``) to the newest of ``versions`` in one
-        commit carrying the new version (``version_commit``), so a crash leaves it at the version it records:
-        columns that only add NULLs are added to the table's schema (no file is rewritten); any other change
-        (a rename, a drop, a widening, an added column's value) rewrites the table's files with the newest
-        columns (``sinks.evolution.column_moves``), every row keeping its version and tombstone."""
+    def evolve_in_place(self, versions, epoch: int) -> None:
+        """Bring the table from the version it records (``schema_record``) to the newest of ``versions`` (of
+        snapshot epoch ``epoch``) in one commit that also records the new version, so a crash leaves it at the
+        version it records: columns that only add NULLs are added to the table's schema (no file is rewritten);
+        any other change (a rename, a drop, a widening, an added column's value) rewrites the table's files with
+        the newest columns (``sinks.evolution.column_moves``), every row keeping its version and tombstone. A
+        table a newer epoch's snapshot prepared is left as it is."""
         check_numbering(versions)
         newest = versions[-1]
-        committing(f"{newest.table}: schema version {newest.number}", lambda: self._evolve_in_place(versions))
+        committing(f"{newest.table}: schema version {newest.number}",
+                   lambda: self._evolve_in_place(versions, epoch))
 
-    def _evolve_in_place(self, versions) -> None:
+    def _evolve_in_place(self, versions, epoch: int) -> None:
         from deltalake import Field, Schema
 
         newest = versions[-1]
@@ -417,8 +441,14 @@ class DeltaSink(FileSink):
         if dt is None:
             raise SinkError(f"{table}: no Delta table at {self.layout.table_uri(table)} to evolve; the stream's "
                             "prepare step creates it")
-        at = schema_version(dt, table)
+        at_epoch, at = schema_record(dt, table)
+        if at_epoch > epoch:
+            log.info("%s: the table was prepared by epoch %d's snapshot: left as it is by epoch %d's stream", table,
+                     at_epoch, epoch)
+            return
         if at == n:
+            if at_epoch != epoch:
+                record_schema(dt, table, epoch, n, f"schema version {n}")
             return
         if at > n:
             raise SinkError(
@@ -433,24 +463,64 @@ class DeltaSink(FileSink):
                 "re-snapshot the table")
         moves = column_moves(versions, at)
         wanted = table_schema(TableSinkTypes.of(newest.schema, n))
-        props = version_commit(dt, table, n, f"schema version {n}: {newest.statement}"[:500], exclusive=True)
+        props = version_commit(table, epoch, n, f"schema version {n}: {newest.statement}"[:500], exclusive=True)
         if moves.adds_only_nulls:
             added = [f for f in Schema.from_arrow(wanted).fields if f.name in moves.values]
             dt.alter.add_columns([Field(f.name, f.type, nullable=True) for f in added], commit_properties=props)
             log.info("%s: at schema version %d: columns %s added", table, n, [f.name for f in added])
         else:
             t0 = time.monotonic()
-
-            def column(batch, f):
-                if f.name in moves.values:
-                    return arrow_literal(moves.values[f.name], f.type, batch.num_rows)
-                return batch.column(moves.sources.get(f.name, f.name))
-
-            self._rewrite(dt, wanted, column, props)
-            log.info("%s: at schema version %d: %s rewritten in %.2fs (renamed %s, dropped %s, retyped %s, added %s)",
-                     table, n, dt.table_uri, time.monotonic() - t0, dict(moves.renames), list(moves.drops),
+            rows = self._rewrite(dt, table, wanted, partial(carry, wanted=wanted, moves=moves), props)
+            log.info("%s: at schema version %d: %d rows rewritten in %.2fs (renamed %s, dropped %s, retyped %s, "
+                     "added %s)", table, n, rows, time.monotonic() - t0, dict(moves.renames), list(moves.drops),
                      list(moves.retyped()), list(moves.values))
         self._fix_stats(self.open_table(table), table)
+
+    def _rewrite(self, dt, table: str, wanted, carried: Callable[[Any], Any], props) -> int:
+        """Rewrite the table as ``wanted`` columns in one overwrite commit (``props``: its properties) that also
+        sets the new schema: each batch of its rows made ``wanted``'s by ``carried``, written by the append's
+        writer (statistics of the columns the new definition keeps them of) into data files of up to
+        ``REWRITE_FILE_ROWS`` rows; files of a commit that fails are deleted. Returns the rows."""
+        import itertools
+
+        from airflow_cdc_provider.sinks.delta_append import stats_columns_of, write_data_file
+
+        if self._add_features_of(dt, wanted):
+            dt = self.open_table(table)
+        config = dt.metadata().configuration
+        stats = stats_property(wanted, config.get(STATS_PROPERTY))
+        columns = stats_columns_of(wanted.names, {**config, STATS_PROPERTY: stats} if stats else config)
+        table_dir = table_dir_name(table)
+        # the table's files read by pyarrow, not delta-rs
+        current = self.layout.files(dt.file_uris(), self._arrow_schema(dt)).to_batches(batch_size=BATCH_ROWS)
+        rows = (b for b in current if b.num_rows)
+        files = []
+        try:
+            for first in rows:
+                group = itertools.chain([first], itertools.islice(rows, REWRITE_FILE_ROWS // BATCH_ROWS - 1))
+                files.append(write_data_file(self.config.path, table_dir, wanted, columns, group, carried))
+            dt.create_write_transaction([f.add_action() for f in files], "overwrite", wanted, commit_properties=props)
+        except BaseException:
+            for f in files:
+                self.layout.storage.delete(f"{table_dir}/{f.path}")
+            raise
+        return sum(json.loads(f.stats)["numRecords"] for f in files)
+
+    @staticmethod
+    def _add_features_of(dt, schema) -> bool:
+        """Add the protocol features a table of ``schema`` needs and ``dt`` lacks, in a commit of their own that
+        changes no data (a commit of files cannot add them, unlike delta-rs's own writer); whether it did."""
+        import pyarrow as pa
+        from deltalake import TableFeatures
+
+        if not any(pa.types.is_timestamp(f.type) and f.type.tz is None for f in schema) or \
+                "timestampNtz" in (dt.protocol().reader_features or ()):
+            return False
+        features = [TableFeatures.TimestampWithoutTimezone]
+        if dt.metadata().configuration.get("delta.enableChangeDataFeed") == "true":
+            features.append(TableFeatures.ChangeDataFeed)  # kept in the table-features protocol it moves to
+        dt.alter.add_feature(features, allow_protocol_versions_increase=True)
+        return True
 
     def _merge(self, table: str, keys: list[str], source: Callable[[Any], Any], app: tuple[str, int] | None,
                what: str, snapshot: bool = False, extra: Callable[[Any], Any] | None = None,

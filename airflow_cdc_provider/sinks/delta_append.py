@@ -71,10 +71,14 @@ class DataFile:
 
 
 def stats_columns(dt) -> list[str]:
-    """The columns whose statistics a data file of ``dt`` carries, by the table's properties as delta-rs reads
-    them: ``delta.dataSkippingStatsColumns``, else the first ``delta.dataSkippingNumIndexedCols`` (32)."""
-    config = dt.metadata().configuration
-    names = [f.name for f in dt.schema().fields]
+    """The columns whose statistics a data file of ``dt`` carries (``stats_columns_of``)."""
+    return stats_columns_of([f.name for f in dt.schema().fields], dt.metadata().configuration)
+
+
+def stats_columns_of(names: list[str], config) -> list[str]:
+    """The columns (of ``names``) whose statistics a data file carries, by the table's properties ``config`` as
+    delta-rs reads them: ``delta.dataSkippingStatsColumns``, else the first ``delta.dataSkippingNumIndexedCols``
+    (32)."""
     if config.get("delta.dataSkippingStatsColumns"):
         wanted = {c.strip() for c in config["delta.dataSkippingStatsColumns"].split(",")}
         return [n for n in names if n in wanted]

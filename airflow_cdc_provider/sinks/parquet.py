@@ -265,10 +265,12 @@ class ParquetSink(FileSink):
             top = history[-1]["number"]
             self.layout.write_history(table, [{**e, "number": e["number"] - top} for e in history])
 
-    def evolve_in_place(self, versions) -> None:
+    def evolve_in_place(self, versions, epoch: int = 0) -> None:
         """Record ``versions`` in ``_schema_history.json`` (new ones appended; recorded ones and their first batch
         kept) and make the newest the table's ``_schema.json``. No file is rewritten: readers carry each part up
-        from the version it was written under. A table whose columns never changed records nothing."""
+        from the version it was written under. A table whose columns never changed records nothing. The history
+        is the epoch's whose state is current (a re-snapshot's definition waits in staging until it finishes),
+        so ``epoch`` needs no check here."""
         table = versions[-1].table
         recorded = self.layout.read_history(table)
         if not recorded and len(versions) < 2:

@@ -12,8 +12,9 @@ newer::
 so replays, retries, late snapshot rows and out-of-order writes converge to the newest state, and a delete
 (a tombstone with the delete's version) is never undone by an older write.
 
-The table version (``source.table_versions``) a mirror's columns are at is recorded in the sink schema's
-``"_cdc_schema_versions"`` (no row: version 0, the definition the snapshot created it with). The stream brings
+The table version (``source.table_versions``) a mirror's columns are at, and the snapshot epoch it counts from, are
+recorded in the sink schema's ``"_cdc_schema_versions"`` (no row: version 0, the definition the snapshot created it
+with). The stream brings
 a mirror to its newest version in place (``PostgresMirror.evolve_in_place``), all steps and the record in one
 transaction, so a crash leaves the mirror at the version it records.
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import io
 import itertools
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
@@ -49,6 +51,8 @@ from airflow_cdc_provider.sinks.evolution import check_numbering, column_moves
 from airflow_cdc_provider.sinks.registry import register_sink
 from airflow_cdc_provider.sinks.types import TableSinkTypes
 from airflow_cdc_provider.spark.frames import col, latest_per_key, with_meta
+
+log = logging.getLogger("airflow_cdc.jdbc")
 
 META_PG_TYPES = {"string": "text", "bigint": "bigint", "int": "integer"}
 PG_IDENTIFIER_MAX = 63
@@ -135,57 +139,76 @@ class PostgresMirror:
         ]
 
     def ensure_table(self, table: str, columns: Sequence[tuple[str, str]], key_columns: Sequence[str],
-                     evolve: bool = False, version: int = 0) -> None:
+                     evolve: bool = False, version: int = 0, epoch: int = 0) -> None:
         """Create the mirror table; with ``evolve``, bring an existing one to ``columns`` (the source's definition
         changed and the table is being re-snapshotted): new columns added, gone ones dropped, a column of
         another type dropped and added again; the snapshot writes their values. A table created or evolved
-        here is at ``version`` (of the epoch whose definition ``columns`` is); an existing one left as it is
-        keeps the version it records."""
+        here is at ``version`` of ``epoch`` (whose definition ``columns`` is); an existing one left as it is
+        keeps the version it records, as does one the stream evolved in place in this epoch or a newer
+        epoch's snapshot prepared (another task of the epoch, cleared and run again, must not undo them)."""
         with self.cursor() as cur:
-            self._ensure(cur, table, columns, key_columns, evolve, version)
+            self._ensure(cur, table, columns, key_columns, evolve, version, epoch)
 
     def _ensure(self, cur: Any, table: str, columns: Sequence[tuple[str, str]], key_columns: Sequence[str],
-                evolve: bool, version: int) -> None:
+                evolve: bool, version: int, epoch: int) -> None:
         cur.execute("SELECT to_regclass(%s)", (self.qualified(table),))
         exists = cur.fetchone()[0] is not None
         for stmt in self.create_table_sql(table, columns, key_columns):
             cur.execute(stmt)
         if exists and evolve:
+            at_epoch, at = self.recorded(cur, table)
+            if at_epoch > epoch or (at_epoch == epoch and at > version):
+                log.warning("%s: the mirror is at version %d of epoch %d: left as it is for epoch %d's snapshot",
+                            table, at, at_epoch, epoch)
+                return
             for stmt in self.evolve_sql(cur, table, columns, key_columns):
                 cur.execute(stmt)
         if not exists or evolve:
-            self._record_version(cur, table, version)
+            self._record_version(cur, table, version, epoch)
 
     # -- table versions ----------------------------------------------------------------------------
     def versions_table(self) -> str:
         return f"{pg_ident(self.sink.schema)}.{pg_ident(VERSIONS_TABLE)}"
 
-    def recorded_version(self, cur: Any, table: str) -> int:
-        """The table version the mirror's columns are at; 0 when none is recorded."""
+    def recorded(self, cur: Any, table: str) -> tuple[int, int]:
+        """(snapshot epoch, table version of it) the mirror's columns are at; (0, 0) when none is recorded."""
         cur.execute("SELECT to_regclass(%s)", (self.versions_table(),))
         if cur.fetchone()[0] is None:
-            return 0
-        cur.execute(f"SELECT version FROM {with_params(self.versions_table())} WHERE mirror = %s", (mirror_table_name(table),))
+            return 0, 0
+        self._versions_epoch_column(cur)
+        cur.execute(f"SELECT epoch, version FROM {with_params(self.versions_table())} WHERE mirror = %s",
+                    (mirror_table_name(table),))
         row = cur.fetchone()
-        return 0 if row is None else int(row[0])
+        return (0, 0) if row is None else (int(row[0]), int(row[1]))
 
-    def _record_version(self, cur: Any, table: str, version: int) -> None:
+    def recorded_version(self, cur: Any, table: str) -> int:
+        """The table version the mirror's columns are at; 0 when none is recorded."""
+        return self.recorded(cur, table)[1]
+
+    def _versions_epoch_column(self, cur: Any) -> None:
+        """The record's epoch column, added to a versions table an earlier release created without it."""
+        cur.execute(f"ALTER TABLE {self.versions_table()} ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0")
+
+    def _record_version(self, cur: Any, table: str, version: int, epoch: int) -> None:
         cur.execute(f"CREATE TABLE IF NOT EXISTS {self.versions_table()} (mirror text PRIMARY KEY, "
-                    "version integer NOT NULL, updated_at timestamptz NOT NULL DEFAULT now())")
-        cur.execute(f"INSERT INTO {with_params(self.versions_table())} (mirror, version) VALUES (%s, %s) "
-                    "ON CONFLICT (mirror) DO UPDATE SET version = EXCLUDED.version, updated_at = now()",
-                    (mirror_table_name(table), version))
+                    "version integer NOT NULL, epoch bigint NOT NULL DEFAULT 0, "
+                    "updated_at timestamptz NOT NULL DEFAULT now())")
+        self._versions_epoch_column(cur)
+        cur.execute(f"INSERT INTO {with_params(self.versions_table())} (mirror, version, epoch) VALUES (%s, %s, %s) "
+                    "ON CONFLICT (mirror) DO UPDATE SET version = EXCLUDED.version, epoch = EXCLUDED.epoch, "
+                    "updated_at = now()", (mirror_table_name(table), version, epoch))
 
     def data_columns(self, cur: Any, table: str) -> list[str]:
         cur.execute("SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 AND NOT "
                     "attisdropped ORDER BY attnum", (self.qualified(table),))
         return [r[0] for r in cur.fetchall() if r[0] not in OWN_COLUMNS]
 
-    def evolve_in_place(self, versions: Sequence[Any]) -> int:
+    def evolve_in_place(self, versions: Sequence[Any], epoch: int = 0) -> int:
         """Bring the mirror of ``versions[-1].table`` from the version it records to the newest of ``versions``
-        (``TableVersion``s numbered 0..n), every step at once (``evolution``) and then the record, in one transaction:
-        a crash or an error leaves it at the version it was. Returns the version it was at. A mirror that does
-        not exist yet is created at the newest version."""
+        (``TableVersion``s of snapshot epoch ``epoch``, numbered 0..n), every step at once (``evolution``) and
+        then the record, in one transaction: a crash or an error leaves it at the version it was. Returns the
+        version it was at. A mirror that does not exist yet is created at the newest version; one a newer
+        epoch's snapshot prepared is left as it is (it is being re-snapshotted)."""
         check_numbering(versions)
         newest = versions[-1]
         table, n = newest.table, newest.number
@@ -194,14 +217,19 @@ class PostgresMirror:
             cur.execute("SELECT to_regclass(%s)", (q,))
             if cur.fetchone()[0] is None:
                 self._ensure(cur, table, pg_columns(TableSinkTypes.of(newest.schema, n)), newest.schema.key_columns,
-                             False, n)
+                             False, n, epoch)
                 return n
-            if self.recorded_version(cur, table) == n:
+            if self.recorded(cur, table) == (epoch, n):
                 return n
             # one evolution at a time: a concurrent one waits here, then finds the version this one recorded
             cur.execute(f"LOCK TABLE {q} IN ACCESS EXCLUSIVE MODE")
-            at = self.recorded_version(cur, table)
+            at_epoch, at = self.recorded(cur, table)
+            if at_epoch > epoch:
+                log.info("%s: the mirror was prepared by epoch %d's snapshot: left as it is by epoch %d's stream",
+                         table, at_epoch, epoch)
+                return at
             if at == n:
+                self._record_version(cur, table, n, epoch)
                 return n
             if at > n:
                 raise SinkError(
@@ -215,7 +243,7 @@ class PostgresMirror:
                     "the table")
             for stmt in evolution(versions, at).sql(q, lambda v: literal(cur, v)):
                 cur.execute(stmt)
-            self._record_version(cur, table, n)
+            self._record_version(cur, table, n, epoch)
             return at
 
     def evolve_sql(self, cur: Any, table: str, columns: Sequence[tuple[str, str]], key_columns: Sequence[str]) -> list[str]:
@@ -465,10 +493,10 @@ class PostgresSink(Sink):
 
     def prepare(self, types, evolve: bool = False) -> None:
         self.mirror.ensure_table(str(types.schema.table), pg_columns(types), types.schema.key_columns, evolve,
-                                 types.version)
+                                 types.version, types.epoch)
 
-    def evolve_in_place(self, versions) -> None:
-        self.mirror.evolve_in_place(versions)
+    def evolve_in_place(self, versions, epoch: int) -> None:
+        self.mirror.evolve_in_place(versions, epoch)
 
     def open_window(self, rows, types, epoch: int, indexes: list[int], low_watermark: Version,
                     retried: set[int]) -> "CachedWindow":

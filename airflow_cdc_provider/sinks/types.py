@@ -191,10 +191,11 @@ class TableSinkTypes:
     schema: TableSchema
     types: tuple[SinkType, ...]
     version: int = 0  # the number of the table's definition (``source.table_versions``) the stream writes with
+    epoch: int = 0  # the snapshot epoch whose definitions ``version`` counts (version 0: the epoch's snapshot's)
 
     @classmethod
-    def of(cls, schema: TableSchema, version: int = 0) -> "TableSinkTypes":
-        return cls(schema, tuple(sink_type(c) for c in schema.columns), version)
+    def of(cls, schema: TableSchema, version: int = 0, epoch: int = 0) -> "TableSinkTypes":
+        return cls(schema, tuple(sink_type(c) for c in schema.columns), version, epoch)
 
     @property
     def spark_ddl(self) -> str:

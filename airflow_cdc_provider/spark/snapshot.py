@@ -198,7 +198,7 @@ class SnapshotJob:
         schema = load_schema(conn, table, self.spec.chunk_key(table))
         self.store.write_table_schema(str(table), schema.to_dict())
         self.store.note_snapshot_definition(str(table), chunks[0].epoch, schema)
-        types = TableSinkTypes.of(schema)
+        types = TableSinkTypes.of(schema, 0, chunks[0].epoch)
         self.sink.prepare(types, evolve=True)
         order = DatabaseKeyOrder(conn, schema)
         reports = []

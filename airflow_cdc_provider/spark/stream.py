@@ -271,12 +271,13 @@ class StreamJob:
                 self.versions = stream_versions(conn, self.store, spec.tables, self.epochs)
         self.sink_versions = {t: followed_by_sink(v, spec.stream.schema_changes_for(t)) for t, v in self.versions.items()}
         # the sink's newest version of each table: rows of older ones are carried up to it (``source.table_versions``)
-        self.types = {t: TableSinkTypes.of(v[-1].schema, v[-1].number) for t, v in self.sink_versions.items()}
+        self.types = {t: TableSinkTypes.of(v[-1].schema, v[-1].number, self.epochs.get(t, 0))
+                      for t, v in self.sink_versions.items()}
         self.order = sorted(self.types)  # table i's rows carry their values in the source's image_<i>
         for table, types in self.types.items():
             sink.prepare(types)
             if len(self.sink_versions[table]) > 1 and sink.evolves_in_place:
-                sink.evolve_in_place(self.sink_versions[table])
+                sink.evolve_in_place(self.sink_versions[table], types.epoch)
         self.restart = False  # the query stopped at a table's new version: another starts with it
         self.writer = BatchWriter(spec, secrets, self.types, {t: image_column(i) for i, t in enumerate(self.order)},
                                   publish=self.connect, carried=carried)

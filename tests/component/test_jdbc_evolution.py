@@ -19,6 +19,8 @@ from tests.component.evolution_cases import ADDED_VALUES, TABLE, column, one_ver
     swap_then_rename_onto_a_dropped_column, version
 
 MIRROR = "shop__t"
+EPOCH = 1_795_783_842_075  # epochs are the plan's time in milliseconds
+NEXT_EPOCH = EPOCH + 60_000
 
 
 @pytest.fixture
@@ -66,7 +68,7 @@ def test_one_version_renames_drops_widens_and_adds(sink):
     start(sink, v0, data)
     write(sink, v0, data[1:], pos=500, op="d")  # a tombstone gets the added values too
 
-    sink.evolve_in_place([v0, v1])
+    sink.evolve_in_place([v0, v1], 0)
 
     assert pg_columns(sink) == {
         "id": "integer", "b": "bigint", 'we"ird name': "text", "c": "numeric(14,4)", "e": "integer", "f": "text",
@@ -83,7 +85,7 @@ def test_one_version_renames_drops_widens_and_adds(sink):
     write(sink, v1, [(3, 2**40, "z", Decimal("1234567890.1234"), 1, "f", None, None, None, None, None)], pos=900)
     assert rows(sink, "id", "b", "c")[-1] == (3, 2**40, Decimal("1234567890.1234"))
 
-    sink.evolve_in_place([v0, v1])  # again: nothing to do
+    sink.evolve_in_place([v0, v1], 0)  # again: nothing to do
     assert marker(sink) == [(1,)] and len(pg_columns(sink)) == 11
     assert rows(sink, "id", "e") == [(1, 7), (2, 7), (3, 1)]
 
@@ -130,9 +132,9 @@ def test_a_chain_applied_at_once_ends_as_applied_step_by_step(sink):
 def test_swapped_names_and_a_rename_onto_a_dropped_column(sink):
     v0, v1, v2 = swap_then_rename_onto_a_dropped_column()
     start(sink, v0, [(1, "A", "B", "C")])
-    sink.evolve_in_place([v0, v1])
+    sink.evolve_in_place([v0, v1], 0)
     assert rows(sink, "id", "a", "b", "c") == [(1, "B", "A", "C")]
-    sink.evolve_in_place([v0, v1, v2])
+    sink.evolve_in_place([v0, v1, v2], 0)
     assert pg_columns(sink) == {"id": "integer", "b": "text", "c": "text"}
     assert rows(sink, "id", "b", "c") == [(1, "B", "C")] and marker(sink) == [(2,)]
 
@@ -144,9 +146,9 @@ def test_a_failing_step_leaves_the_mirror_at_its_version(sink):
     v2 = version(2, column("a", "bigint(20)", 19, 0), column("b", "int(11)", 10, 0), column("c", "int(11)", 10, 0),
                  added={"c": "not a number"})
     with pytest.raises(psycopg2.Error):
-        sink.evolve_in_place([v0, v1, v2])
+        sink.evolve_in_place([v0, v1, v2], 0)
     assert pg_columns(sink) == {"id": "integer", "a": "integer"} and marker(sink) == [(0,)]
-    sink.evolve_in_place([v0, v1])
+    sink.evolve_in_place([v0, v1], 0)
     assert pg_columns(sink) == {"id": "integer", "a": "bigint", "b": "integer"} and rows(sink, "b") == [(1,)]
 
 
@@ -156,7 +158,7 @@ def test_a_widened_key_takes_wider_keys(sink):
     schema = TableSchema(TableId.parse(TABLE), (column("id", "bigint(20)", 19, 0), column("a", "int(11)", 10, 0)),
                          ("id",), ("id",))
     v1 = TableVersion(1, schema)
-    sink.evolve_in_place([v0, v1])
+    sink.evolve_in_place([v0, v1], 0)
     write(sink, v1, [(2**40, 2), (1, 3)], pos=200)
     assert pg_columns(sink) == {"id": "bigint", "a": "integer"} and rows(sink, "id", "a") == [(1, 3), (2**40, 2)]
 
@@ -168,15 +170,15 @@ def test_key_changes_and_foreign_definitions_are_refused(sink):
                                                                      column("a", "int(11)", 10, 0)), ("k",), ("k",)),
                                renamed={"k": "id"})
     with pytest.raises(SinkError, match="key"):
-        sink.evolve_in_place([v0, renamed_key])
+        sink.evolve_in_place([v0, renamed_key], 0)
     replaced_key = version(1, column("a", "int(11)", 10, 0), added={"id": 0})
     with pytest.raises(SinkError, match="key"):
-        sink.evolve_in_place([v0, replaced_key])
+        sink.evolve_in_place([v0, replaced_key], 0)
     other = version(0, column("z", "int(11)", 10, 0))
     with pytest.raises(SinkError, match="changed outside the pipeline"):
-        sink.evolve_in_place([other, version(1, column("z", "int(11)", 10, 0), column("b", "text"))])
+        sink.evolve_in_place([other, version(1, column("z", "int(11)", 10, 0), column("b", "text"))], 0)
     with pytest.raises(SinkError, match="numbered"):
-        sink.evolve_in_place([v0, version(2, column("a", "int(11)", 10, 0))])
+        sink.evolve_in_place([v0, version(2, column("a", "int(11)", 10, 0))], 0)
     assert pg_columns(sink) == {"id": "integer", "a": "integer"} and marker(sink) == [(0,)]
 
 
@@ -186,15 +188,21 @@ def test_prepare_records_the_version_it_creates_and_a_resnapshot_resets_it(sink)
     v2 = version(2, column("b", "text"), column("c", "text"), renamed={"c": "a"})
     sink.prepare(TableSinkTypes.of(v2.schema, 2))  # a brand-new mirror, at the stream's newest version
     assert marker(sink) == [(2,)]
-    sink.evolve_in_place([v0, v1, v2])
-    sink.prepare(TableSinkTypes.of(v2.schema, 2))
+    sink.evolve_in_place([v0, v1, v2], EPOCH)
+    sink.prepare(TableSinkTypes.of(v2.schema, 2, EPOCH))
     assert pg_columns(sink) == {"id": "integer", "b": "text", "c": "text"} and marker(sink) == [(2,)]
 
-    sink.prepare(TableSinkTypes.of(v0.schema), evolve=True)  # a re-snapshot under a new epoch's version 0
+    sink.prepare(TableSinkTypes.of(v0.schema, 0, NEXT_EPOCH), evolve=True)  # a re-snapshot: its version 0
     assert pg_columns(sink) == {"id": "integer", "a": "integer"} and marker(sink) == [(0,)]
     write(sink, v0, [(1, 5)])
-    sink.evolve_in_place([v0, v1])
+    # the stream of the epoch before, restarted before it takes the new one up, leaves the mirror as it is
+    sink.evolve_in_place([v0, v1, v2], EPOCH)
+    assert pg_columns(sink) == {"id": "integer", "a": "integer"} and marker(sink) == [(0,)]
+    sink.evolve_in_place([v0, v1], NEXT_EPOCH)
     assert rows(sink, "id", "a", "b") == [(1, 5, "x")] and marker(sink) == [(1,)]
+    # a task of the new epoch run again (cleared) after the stream evolved the mirror keeps its version
+    sink.prepare(TableSinkTypes.of(v0.schema, 0, NEXT_EPOCH), evolve=True)
+    assert pg_columns(sink) == {"id": "integer", "a": "integer", "b": "text"} and marker(sink) == [(1,)]
 
 
 def test_a_missing_mirror_is_created_at_the_newest_version(sink):

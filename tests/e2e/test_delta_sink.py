@@ -16,7 +16,6 @@ from pathlib import Path
 import deltalake
 
 from airflow_cdc_provider.pipeline.table_schemas import pending_resyncs
-from airflow_cdc_provider.sinks.base import SinkConfig
 from airflow_cdc_provider.state.store import table_dir_name
 
 from .cdc_helpers import BackgroundWriter, Pipeline, delta_sink, normalize, sink_rows, source_rows, table_types
