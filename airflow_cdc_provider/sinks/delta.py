@@ -843,7 +843,7 @@ class StagedDeltaWindow:
             stats_columns,
             window_ranges,
             write_data_file,
-            write_data_files_with_spark,
+            write_data_files_from_staged,
         )
 
         sink, table = self.sink, self.table
@@ -859,8 +859,8 @@ class StagedDeltaWindow:
         finish = partial(snapshot_batch, schema=schema, epoch=self.epoch, version=tuple(version), table=table)
         table_dir, columns = table_dir_name(table), stats_columns(dt)
         if sink.spark is not None:
-            files = write_data_files_with_spark(self._read(staged), sink.config.path, table_dir, schema, columns,
-                                                finish)
+            files = write_data_files_from_staged(sink.spark, sink.layout.parquet_files(staged), sink.config.path,
+                                                 table_dir, schema, columns, finish)
         else:  # the rows are here already (staged files): the same writer, in this process
             batches = sink.layout.dataset(staged).to_batches(batch_size=BATCH_ROWS) \
                 if sink.layout.parquet_files(staged) else []

@@ -190,21 +190,31 @@ def write_data_file(storage_uri: str, table_dir: str, schema, columns: list[str]
     return DataFile(name, int(storage.fs.size(storage.path(rel))), int(time.time() * 1000), stats.json())
 
 
-def write_data_files_with_spark(df, storage_uri: str, table_dir: str, schema, columns: list[str],
-                                finish: Callable[[Any], Any]) -> list[DataFile]:
-    """Each partition of ``df`` written by its executor as one data file; only the files' records (path, size,
-    statistics) reach the driver."""
+def write_data_files_from_staged(spark, staged: list[str], storage_uri: str, table_dir: str, schema,
+                                 columns: list[str], finish: Callable[[Any], Any]) -> list[DataFile]:
+    """Each Parquet file Spark staged (``staged``: paths under ``storage_uri``) rewritten by one executor's
+    pyarrow as one data file of the table: the rows go through no Spark reader or row conversion again. Only
+    the files' records (path, size, statistics) reach the driver."""
     import pyarrow as pa
 
     record_schema = pa.schema([("path", pa.string()), ("size", pa.int64()), ("modification_time", pa.int64()),
                                ("stats", pa.string())])
 
     def write(batches: Iterator[Any]) -> Iterator[Any]:
-        written = write_data_file(storage_uri, table_dir, schema, columns, batches, finish)
-        if written is not None:
-            yield pa.RecordBatch.from_pylist([asdict(written)], schema=record_schema)
+        from airflow_cdc_provider.sinks.delta import BATCH_ROWS, DeltaLayout
 
-    return [DataFile(**r.asDict()) for r in df.mapInArrow(write, FILE_RECORD_DDL).collect()]
+        layout = DeltaLayout(storage_uri)
+        for batch in batches:
+            for rel in batch.column(0).to_pylist():
+                rows = layout.files([layout.storage.path(rel)]).to_batches(batch_size=BATCH_ROWS)
+                written = write_data_file(storage_uri, table_dir, schema, columns, rows, finish)
+                if written is not None:
+                    yield pa.RecordBatch.from_pylist([asdict(written)], schema=record_schema)
+
+    if not staged:
+        return []
+    paths = spark.createDataFrame([(p,) for p in staged], "path string").repartition(len(staged))
+    return [DataFile(**r.asDict()) for r in paths.mapInArrow(write, FILE_RECORD_DDL).collect()]
 
 
 def window_ranges(files: list[DataFile], key_columns: list[str], schema) -> dict[str, tuple[int, int]]:
