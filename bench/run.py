@@ -1,7 +1,8 @@
 """``make bench``: our pipeline against what users would run instead, measured in the same run.
 
     python bench/run.py [--rows 1000000,5000000,10000000] [--tables 10x100000] [--changes 200000]
-                        [--latency-seconds 60] [--latency-rate 500] [--memory-changes 1000000]
+                        [--latency-seconds 60] [--latency-rate 500] [--latency-trigger '1 second']
+                        [--memory-changes 1000000]
                         [--only snapshot,tables,catchup,latency,memory] [--sinks parquet,jdbc,delta]
                         [--only chameleon --chameleon-rows 1000000]   (pg_chameleon side by side: bench/chameleon.py)
                         [--only alters --alter-changes 100000 --alter-every 10000]   (ALTERs: bench/alters.py)
@@ -517,14 +518,14 @@ class Bench:
                                      "the same binlog)", f"{emitted / t_stream:,.0f} rows/s", f"{parquet:,.0f} rows/s",
                                      f"{(emitted / t_stream) / parquet:.2f}x throughput", ">= 0.8x")
 
-    def latency(self, seconds: int, rate: int = 500) -> None:
+    def latency(self, seconds: int, rate: int = 500, trigger: str = "1 second") -> None:
         db = "lat"
-        print(f"\n== continuous latency at {rate} row changes/s for {seconds}s", flush=True)
+        print(f"\n== continuous latency at {rate} row changes/s for {seconds}s (trigger interval {trigger})", flush=True)
         self.prepare(db, 100_000)
         with contextlib.closing(self.db.app_connection(db)) as c, c.cursor() as cur:
             cur.execute("CREATE TABLE probe (id INT PRIMARY KEY, committed_at DOUBLE)")
         config = self.pipeline(db, [f"{db}.sbtest1", f"{db}.probe"],
-                               stream={"mode": "continuous", "trigger_interval": "1 second"})
+                               stream={"mode": "continuous", "trigger_interval": trigger})
         state = StateStore(self.work / db / "state")
         run = BackgroundDagRun(self.env, self.work / "dags", db, self.work / f"{db}.log")
         delays: list[float] = []
@@ -549,7 +550,8 @@ class Bench:
             run.kill()
         delays.sort()
         p50, p99 = delays[len(delays) // 2], delays[min(len(delays) - 1, int(len(delays) * 0.99))]
-        self.results.add(f"continuous, {rate} changes/s: commit-to-sink delay p50 / p99 ({len(delays)} probes)",
+        self.results.add(f"continuous, {rate} changes/s, trigger {trigger}: commit-to-sink delay p50 / p99 "
+                         f"({len(delays)} probes)",
                          f"{p50:.2f} s / {p99:.2f} s", "-", "-", "p99 <= 5 s")
         self.results.add("continuous: first change after the launch, commit-to-sink (warm-up, not in p99)",
                          f"{first[0]:.2f} s" if first else "not seen", "-", "-", "-")
@@ -650,6 +652,7 @@ def main() -> int:
     ap.add_argument("--changes", type=int, default=200_000, help="row changes of the catch-up scenario")
     ap.add_argument("--latency-seconds", type=int, default=60)
     ap.add_argument("--latency-rate", type=int, default=500, help="row changes/s of the latency scenario's load")
+    ap.add_argument("--latency-trigger", default="1 second", help="the latency scenario's stream.trigger_interval")
     ap.add_argument("--memory-changes", type=int, default=1_000_000, help="row changes of the memory catch-up")
     ap.add_argument("--tables", default="10x100000", help="the many-tables snapshot: COUNTxROWS")
     ap.add_argument("--only", default="snapshot,tables,catchup,latency,memory")
@@ -725,7 +728,7 @@ def main() -> int:
                                       "/ Python driver / all Python", driver_peaks(samplers["delta"]),
                                       driver_peaks(samplers["parquet"]), "-", "flat in changes")
             if "latency" in only:
-                bench.latency(args.latency_seconds, args.latency_rate)
+                bench.latency(args.latency_seconds, args.latency_rate, args.latency_trigger)
             if "chameleon" in only:
                 for rows in (int(x) for x in args.chameleon_rows.split(",") if x):
                     chameleon_side_by_side(bench, rows, args.changes)

@@ -483,7 +483,7 @@ class DeltaSink(FileSink):
         ``REWRITE_FILE_ROWS`` rows; files of a commit that fails are deleted. Returns the rows."""
         import itertools
 
-        from airflow_cdc_provider.sinks.delta_append import stats_columns_of, write_data_file
+        from airflow_cdc_provider.sinks.delta_append import READ_AHEAD, stats_columns_of, write_data_file
 
         if self._add_features_of(dt, wanted):
             dt = self.open_table(table)
@@ -492,7 +492,8 @@ class DeltaSink(FileSink):
         columns = stats_columns_of(wanted.names, {**config, STATS_PROPERTY: stats} if stats else config)
         table_dir = table_dir_name(table)
         # the table's files read by pyarrow, not delta-rs
-        current = self.layout.files(dt.file_uris(), self._arrow_schema(dt)).to_batches(batch_size=BATCH_ROWS)
+        current = self.layout.files(dt.file_uris(), self._arrow_schema(dt)).to_batches(
+            batch_size=BATCH_ROWS, batch_readahead=READ_AHEAD, fragment_readahead=1)
         rows = (b for b in current if b.num_rows)
         files = []
         try:
@@ -842,9 +843,10 @@ class StagedDeltaWindow:
             delete_unreferenced,
             stats_columns,
             window_ranges,
-            write_data_file,
             write_data_files_from_staged,
+            write_data_files_here,
         )
+        from airflow_cdc_provider.spark.session import local_cores
 
         sink, table = self.sink, self.table
         dt = sink.open_table(table)
@@ -858,14 +860,13 @@ class StagedDeltaWindow:
         schema = sink._arrow_schema(dt)
         finish = partial(snapshot_batch, schema=schema, epoch=self.epoch, version=tuple(version), table=table)
         table_dir, columns = table_dir_name(table), stats_columns(dt)
-        if sink.spark is not None:
-            files = write_data_files_from_staged(sink.spark, sink.layout.parquet_files(staged), sink.config.path,
-                                                 table_dir, schema, columns, finish)
-        else:  # the rows are here already (staged files): the same writer, in this process
-            batches = sink.layout.dataset(staged).to_batches(batch_size=BATCH_ROWS) \
-                if sink.layout.parquet_files(staged) else []
-            written = write_data_file(sink.config.path, table_dir, schema, columns, batches, finish)
-            files = [written] if written is not None else []
+        staged_files = sink.layout.parquet_files(staged)
+        cores = 1 if sink.spark is None else local_cores(sink.spark)
+        if cores is None:  # a cluster's executors
+            files = write_data_files_from_staged(sink.spark, staged_files, sink.config.path, table_dir, schema,
+                                                 columns, finish)
+        else:  # the executors are this machine: the same writer in this process
+            files = write_data_files_here(staged_files, sink.config.path, table_dir, schema, columns, finish, cores)
         if not files:
             log.info("%s: %s: MERGE (no rows to append)", table, what)
             return False
@@ -875,8 +876,7 @@ class StagedDeltaWindow:
                                what, refuse=lambda d: EMPTIED_PROPERTY in d.metadata().configuration)
         if outcome == "appended":
             rows = sum(json.loads(f.stats)["numRecords"] for f in files)
-            log.info("%s: %s: appended %d rows in %d data files written by the executors", table, what, rows,
-                     len(files))
+            log.info("%s: %s: appended %d rows in %d data files", table, what, rows, len(files))
             return True
         delete_unreferenced(sink.layout.storage, table_dir, sink.open_table(table), files)
         if outcome == "committed before":

@@ -46,6 +46,7 @@ log = logging.getLogger("airflow_cdc.delta")
 WRITE_KEY = "airflow_cdc.write"  # commit metadata: how a snapshot window was written, "append" or "merge"
 FILE_RECORD_DDL = "path string, size bigint, modification_time bigint, stats string"
 APPEND_RETRIES = 20
+READ_AHEAD = 2  # batches a rewrite of a file reads ahead of its writer
 
 Outcome = Literal["appended", "committed before", "may overlap", "contended"]
 
@@ -190,24 +191,33 @@ def write_data_file(storage_uri: str, table_dir: str, schema, columns: list[str]
     return DataFile(name, int(storage.fs.size(storage.path(rel))), int(time.time() * 1000), stats.json())
 
 
+def rewrite_staged_file(storage_uri: str, rel: str, table_dir: str, schema, columns: list[str],
+                        finish: Callable[[Any], Any]) -> DataFile | None:
+    """One Parquet file Spark staged (``rel``: its path under ``storage_uri``), read by pyarrow and written as one
+    data file of the table (``write_data_file``)."""
+    from airflow_cdc_provider.sinks.delta import BATCH_ROWS, DeltaLayout
+
+    layout = DeltaLayout(storage_uri)
+    # a batch or two read ahead, not pyarrow's default 16: a task's memory stays a few batches however large the file
+    rows = layout.files([layout.storage.path(rel)]).to_batches(batch_size=BATCH_ROWS, batch_readahead=READ_AHEAD,
+                                                               fragment_readahead=1)
+    return write_data_file(storage_uri, table_dir, schema, columns, rows, finish)
+
+
 def write_data_files_from_staged(spark, staged: list[str], storage_uri: str, table_dir: str, schema,
                                  columns: list[str], finish: Callable[[Any], Any]) -> list[DataFile]:
     """Each Parquet file Spark staged (``staged``: paths under ``storage_uri``) rewritten by one executor's
-    pyarrow as one data file of the table: the rows go through no Spark reader or row conversion again. Only
-    the files' records (path, size, statistics) reach the driver."""
+    pyarrow as one data file of the table (``rewrite_staged_file``): the rows go through no Spark reader or row
+    conversion again. Only the files' records (path, size, statistics) reach the driver."""
     import pyarrow as pa
 
     record_schema = pa.schema([("path", pa.string()), ("size", pa.int64()), ("modification_time", pa.int64()),
                                ("stats", pa.string())])
 
     def write(batches: Iterator[Any]) -> Iterator[Any]:
-        from airflow_cdc_provider.sinks.delta import BATCH_ROWS, DeltaLayout
-
-        layout = DeltaLayout(storage_uri)
         for batch in batches:
             for rel in batch.column(0).to_pylist():
-                rows = layout.files([layout.storage.path(rel)]).to_batches(batch_size=BATCH_ROWS)
-                written = write_data_file(storage_uri, table_dir, schema, columns, rows, finish)
+                written = rewrite_staged_file(storage_uri, rel, table_dir, schema, columns, finish)
                 if written is not None:
                     yield pa.RecordBatch.from_pylist([asdict(written)], schema=record_schema)
 
@@ -215,6 +225,19 @@ def write_data_files_from_staged(spark, staged: list[str], storage_uri: str, tab
         return []
     paths = spark.createDataFrame([(p,) for p in staged], "path string").repartition(len(staged))
     return [DataFile(**r.asDict()) for r in paths.mapInArrow(write, FILE_RECORD_DDL).collect()]
+
+
+def write_data_files_here(staged: list[str], storage_uri: str, table_dir: str, schema, columns: list[str],
+                          finish: Callable[[Any], Any], workers: int) -> list[DataFile]:
+    """``write_data_files_from_staged`` in this process, ``workers`` files at a time (pyarrow reads, encodes and
+    writes without the GIL): where the executors are this machine (Spark's local mode), without starting
+    Spark's Python workers."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        written = pool.map(lambda rel: rewrite_staged_file(storage_uri, rel, table_dir, schema, columns, finish),
+                           staged)
+        return [f for f in written if f is not None]
 
 
 def window_ranges(files: list[DataFile], key_columns: list[str], schema) -> dict[str, tuple[int, int]]:

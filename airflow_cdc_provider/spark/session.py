@@ -97,6 +97,14 @@ def is_connect(spark) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
+def local_cores(spark) -> int | None:
+    """The cores of a ``local[...]`` master running in this process (its executors are this machine), else None
+    (a cluster's executors, or a Spark Connect server's, are elsewhere)."""
+    if is_connect(spark) or not spark.sparkContext.master.startswith("local"):
+        return None
+    return spark.sparkContext.defaultParallelism
+
+
 def session_conf(conf: Mapping[str, Any] | None) -> dict[str, str]:
     """The settings a Spark Connect session may set for a job: ``BASE_CONF`` and ``conf``, SQL settings only
     (the others are the server's)."""
