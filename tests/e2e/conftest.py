@@ -1,6 +1,7 @@
 """Fixtures of the end-to-end tier: Spark sessions, Airflow homes, the soak scenario report."""
 
 import os
+import sys
 import time
 
 import pytest
@@ -29,6 +30,7 @@ def spark():
     from airflow_cdc_provider.spark.session import spark_session
 
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines at exit hit closed pytest streams
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # its Python workers: this venv's, as the jobs' are
     s = spark_session("airflow-cdc tests", master="local[2]")
     yield s
     s.stop()

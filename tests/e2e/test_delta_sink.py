@@ -333,3 +333,44 @@ def test_truncate_an_alter_in_place_and_one_by_resnapshot(source_db, tmp_path, s
     want = assert_delta_equals_source(p, db, "t")
     assert want[(602,)] == (602, "short", 602, "x") and want[(600,)] == (600, "m600", 7, "late")
     assert sink_rows(spark, p.sink, p.secrets, table_types(db, "t")) == want
+
+
+def test_staged_files_rewritten_by_the_executors_or_here_are_the_same_data_files(tmp_path, spark):
+    """A window's staged files made the table's data files by Spark's Python workers (a cluster's path) and by
+    this process's threads (a local master's): the same rows and statistics, every staged row once."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from airflow_cdc_provider.sinks.base import CHUNK_COLUMN
+    from airflow_cdc_provider.sinks.delta import DeltaLayout, snapshot_batch
+    from airflow_cdc_provider.sinks.delta_append import write_data_files_from_staged, write_data_files_here
+
+    root = tmp_path / "delta"
+    staged = spark.range(0, 30_000, numPartitions=3).selectExpr(
+        "cast(id as int) as id", "concat('n', id) as name", "cast(id % 7 as decimal(10,2)) as price",
+        f"cast(id div 10000 as int) as {CHUNK_COLUMN}")
+    staged.write.parquet(str(root / "_staging" / "w"))
+    layout = DeltaLayout(str(root))
+    files = layout.parquet_files("_staging/w")
+    assert len(files) == 3
+    schema = pa.schema([("id", pa.int32()), ("name", pa.string()), ("price", pa.decimal128(10, 2)),
+                        ("_cdc_op", pa.string()), ("_cdc_ts_ms", pa.int64()), ("_cdc_file_seq", pa.int64()),
+                        ("_cdc_pos", pa.int64()), ("_cdc_row", pa.int32()), ("_cdc_deleted", pa.bool_()),
+                        ("_cdc_chunk", pa.string())])
+    finish = partial(snapshot_batch, schema=schema, epoch=5, version=(1, 400, -1), table="db.t")
+    columns = [f.name for f in schema]
+    written = {}
+    for how, write in (("executors", lambda d: write_data_files_from_staged(spark, files, str(root), d, schema,
+                                                                             columns, finish)),
+                       ("here", lambda d: write_data_files_here(files, str(root), d, schema, columns, finish, 2))):
+        (root / how).mkdir()
+        out = write(how)
+        rows = pa.concat_tables([pq.read_table(root / how / f.path) for f in out]).sort_by("id")
+        written[how] = (rows, sorted(json.loads(f.stats)["numRecords"] for f in out),
+                        sorted((json.loads(f.stats)["minValues"]["id"], json.loads(f.stats)["maxValues"]["id"])
+                               for f in out))
+    rows, counts, ranges = written["executors"]
+    assert rows.schema == schema and rows.num_rows == 30_000 and rows.column("id").to_pylist() == list(range(30_000))
+    assert set(rows.column("_cdc_pos").to_pylist()) == {400} and rows.column("_cdc_chunk")[10_001].as_py() == "5:1"
+    assert sum(counts) == 30_000 and len(ranges) == 3
+    assert written["here"][0].equals(rows) and written["here"][1:] == (counts, ranges)
