@@ -175,8 +175,11 @@ class PostgresMirror:
         cur.execute("SELECT to_regclass(%s)", (self.versions_table(),))
         if cur.fetchone()[0] is None:
             return 0, 0
-        self._versions_epoch_column(cur)
-        cur.execute(f"SELECT epoch, version FROM {with_params(self.versions_table())} WHERE mirror = %s",
+        # a versions table an earlier release created has no epoch column (its records: epoch 0) until a write adds it
+        cur.execute("SELECT 1 FROM pg_attribute WHERE attrelid = %s::regclass AND attname = 'epoch' AND NOT "
+                    "attisdropped", (self.versions_table(),))
+        epoch = "epoch" if cur.fetchone() else "0"
+        cur.execute(f"SELECT {epoch}, version FROM {with_params(self.versions_table())} WHERE mirror = %s",
                     (mirror_table_name(table),))
         row = cur.fetchone()
         return (0, 0) if row is None else (int(row[0]), int(row[1]))
@@ -185,15 +188,12 @@ class PostgresMirror:
         """The table version the mirror's columns are at; 0 when none is recorded."""
         return self.recorded(cur, table)[1]
 
-    def _versions_epoch_column(self, cur: Any) -> None:
-        """The record's epoch column, added to a versions table an earlier release created without it."""
-        cur.execute(f"ALTER TABLE {self.versions_table()} ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0")
-
     def _record_version(self, cur: Any, table: str, version: int, epoch: int) -> None:
         cur.execute(f"CREATE TABLE IF NOT EXISTS {self.versions_table()} (mirror text PRIMARY KEY, "
                     "version integer NOT NULL, epoch bigint NOT NULL DEFAULT 0, "
                     "updated_at timestamptz NOT NULL DEFAULT now())")
-        self._versions_epoch_column(cur)
+        # the epoch column, added to a versions table an earlier release created without it
+        cur.execute(f"ALTER TABLE {self.versions_table()} ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0")
         cur.execute(f"INSERT INTO {with_params(self.versions_table())} (mirror, version, epoch) VALUES (%s, %s, %s) "
                     "ON CONFLICT (mirror) DO UPDATE SET version = EXCLUDED.version, epoch = EXCLUDED.epoch, "
                     "updated_at = now()", (mirror_table_name(table), version, epoch))

@@ -13,7 +13,6 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.sinks.base import META_NAMES, SinkConfig, SinkError
 from airflow_cdc_provider.sinks.delta import (
     DeltaSink,
@@ -27,7 +26,6 @@ from airflow_cdc_provider.sinks.delta import (
 )
 from airflow_cdc_provider.sinks.evolution import column_moves
 from airflow_cdc_provider.sinks.types import TableSinkTypes
-from airflow_cdc_provider.source.schema import TableSchema
 from airflow_cdc_provider.source.table_versions import TableVersion
 from tests.component.evolution_cases import ADDED_VALUES, TABLE, column, one_version_of_every_kind, \
     swap_then_rename_onto_a_dropped_column, version
@@ -173,9 +171,7 @@ def test_a_widened_key_takes_wider_keys(sink):
 def test_key_changes_and_foreign_definitions_are_refused(sink):
     v0 = version(0, column("a", "int(11)", 10, 0))
     start(sink, v0, [(1, 1)])
-    renamed_key = TableVersion(1, TableSchema(TableId.parse(TABLE), (column("k", "int(11)", 10, 0),
-                                                                     column("a", "int(11)", 10, 0)), ("k",), ("k",)),
-                               renamed={"k": "id"})
+    renamed_key = version(1, column("a", "int(11)", 10, 0), key=column("k", "int(11)", 10, 0), renamed={"k": "id"})
     with pytest.raises(SinkError, match="key"):
         sink.evolve_in_place([v0, renamed_key], 0)
     other = version(0, column("z", "int(11)", 10, 0))

@@ -166,9 +166,7 @@ def test_a_widened_key_takes_wider_keys(sink):
 def test_key_changes_and_foreign_definitions_are_refused(sink):
     v0 = version(0, column("a", "int(11)", 10, 0))
     start(sink, v0, [(1, 1)])
-    renamed_key = TableVersion(1, TableSchema(TableId.parse(TABLE), (column("k", "int(11)", 10, 0),
-                                                                     column("a", "int(11)", 10, 0)), ("k",), ("k",)),
-                               renamed={"k": "id"})
+    renamed_key = version(1, column("a", "int(11)", 10, 0), key=column("k", "int(11)", 10, 0), renamed={"k": "id"})
     with pytest.raises(SinkError, match="key"):
         sink.evolve_in_place([v0, renamed_key], 0)
     replaced_key = version(1, column("a", "int(11)", 10, 0), added={"id": 0})
