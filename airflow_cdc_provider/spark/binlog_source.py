@@ -173,7 +173,7 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             in_place=sink_class(self.spec.sink.type).evolves_in_place, sinks=sinks)
         self.orders = {t: DatabaseKeyOrder(self.conn, s) for t, s in self.schemas.items()}
         store = StateStore(self.spec.state_path)
-        self.seed = store.read_seed()
+        self.seed = store.read_query_seed()  # the query's, fixed when the stream job set it up
         ranges = []
         orders = {}
         for name, table_seed in (self.seed.tables if self.seed else {}).items():

@@ -33,6 +33,7 @@ from airflow_cdc_provider.core.schema_changes import EVOLVE, KIND_OF_OP, RESYNC,
 from airflow_cdc_provider.pipeline.faults import FaultSwitch
 from airflow_cdc_provider.pipeline.job_errors import failure_summary
 from airflow_cdc_provider.pipeline.jobspec import JobSpec
+from airflow_cdc_provider.pipeline.query_seed import query_seed
 from airflow_cdc_provider.pipeline.stream_evolutions import StreamEvolutions, covered_through, held_tables
 from airflow_cdc_provider.pipeline.table_schemas import pending_resyncs, stream_versions
 from airflow_cdc_provider.sinks.base import META_COLUMNS
@@ -262,7 +263,7 @@ class StreamJob:
         # what this job sets up from: every reload request written so far, the epochs of the snapshots finished
         self.taken_up = self.store.read_reload()
         self.reload: ReloadRequest | None = None  # the request that ended this job's query, to start another
-        seed = self.store.read_seed()
+        seed = self._query_seed()
         self.epochs = {t: s.epoch for t, s in (seed.tables if seed else {}).items()}
         settings = spec.source_settings(secrets)
         with contextlib.closing(connect(settings)) as conn:
@@ -282,6 +283,22 @@ class StreamJob:
         self.writer = BatchWriter(spec, secrets, self.types, {t: image_column(i) for i, t in enumerate(self.order)},
                                   publish=self.connect, carried=carried)
         log.info("stream job set up in %.2fs (%d tables)", time.monotonic() - t0, len(self.types))
+
+    def _query_seed(self):
+        """The seed this job's query runs with (``pipeline.query_seed``), written for its tasks before it starts."""
+        status = self.store.read_status()
+        recorded = self.store.read_taken_up()
+        seed, taken_up = query_seed(self.store.read_seed(), self.store.finished_tables(), recorded,
+                                    status.epochs if status else {}, self.store.checkpoint_offset())
+        for table, record in sorted(taken_up.items()):
+            if recorded.get(table) != record:
+                log.info("%s: snapshot epoch %d taken up where the stream resumes (%s), behind changes the stream "
+                         "of an older epoch wrote during it: every change of the table after that is written",
+                         table, record.epoch, record.after)
+        if taken_up != recorded:
+            self.store.write_taken_up(taken_up)
+        self.store.write_query_seed(seed)
+        return seed
 
     def _record_ahead(self, conn, settings, seed, in_place: bool) -> bool:
         """Records the versions of the ALTERs in the query's first batch before it starts, when a table's

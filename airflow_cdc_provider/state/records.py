@@ -3,6 +3,7 @@
     TablePlan        plan_chunks -> collect_watermarks: a table's snapshot epoch and its chunk count
     FinishedSnapshot collect_watermarks: a table's completed epoch with every chunk's report
     StreamSeed       collect_watermarks -> stream: where the stream starts, and per table what its snapshot holds
+    TakenUp          stream job -> its later queries: an epoch taken up after an older epoch's stream wrote past it
     StreamLaunch     stream task: the launched job (pid and host, or a cluster driver) and its launch id
     StreamLease      stream task: the one task that runs the pipeline's stream now
     StreamStatus     stream job -> stream task, trigger, CLI: the job's heartbeat
@@ -13,7 +14,7 @@ Chunk reports themselves are ``core.reports.ChunkReport``. Dicts with string key
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from airflow_cdc_provider.core.offsets import BinlogOffset
@@ -113,6 +114,31 @@ class TableSeed:
     def from_dict(cls, data: Mapping[str, Any]) -> "TableSeed":
         return cls(int(data["epoch"]), tuple(ChunkRange.from_dict(c) for c in data["chunks"]),
                    BinlogOffset.from_dict(data["max_high_watermark"]))
+
+    def emitting_after(self, position: BinlogOffset) -> "TableSeed":
+        """The seed with no high watermark later than ``position``: every change after it is emitted."""
+        return TableSeed(self.epoch, tuple(replace(c, high_watermark=min(c.high_watermark, position))
+                                           for c in self.chunks), min(self.max_high_watermark, position))
+
+
+@dataclass(frozen=True)
+class TakenUp:
+    """A table's snapshot epoch as the stream took it up, resuming at ``after``, while a stream of an older
+    epoch had written the table's changes past the epoch's first low watermark. That stream may have written a
+    row whose delete comes later, inside a window's binlog range: the window holds no row of the key, and the
+    epoch's emit filter would drop the delete. Every query of the epoch emits all the table's changes after
+    ``after`` (``TableSeed.emitting_after``): a few rows are written again, at versions older than the
+    window's rows, which the sinks' version rule keeps out of their state."""
+
+    epoch: int
+    after: BinlogOffset
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "after": self.after.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "TakenUp":
+        return cls(int(data["epoch"]), BinlogOffset.from_dict(data["after"]))
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ One directory per pipeline (``state.path`` in YAML). Layout::
     schema/changes.json                               the schema changes the stream applied (truncate, drop,
                                                       resync), in binlog order
     stream/seed.json                                  min HW + per-table chunk infos (collect_watermarks)
+    stream/query_seed.json                            the seed the running query took up (its tasks read it)
+    stream/taken_up.json                              epochs taken up behind an older epoch's stream writes
     stream/checkpoint/                                Spark's checkpoint location
     stream/status.json                                heartbeat: last_offset, lag_seconds, rows_emitted, ...
     stream/stop                                       a stop request for a continuous stream
@@ -36,7 +38,7 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from airflow_cdc_provider.core.offsets import BinlogOffset
 from airflow_cdc_provider.core.reports import ChunkReport
@@ -50,6 +52,7 @@ from airflow_cdc_provider.state.records import (
     StreamLease,
     StreamSeed,
     StreamStatus,
+    TakenUp,
 )
 from airflow_cdc_provider.state.storage import Storage
 
@@ -296,6 +299,8 @@ class StateStore:
 
     # -- stream ------------------------------------------------------------------------------------
     SEED = "stream/seed.json"
+    QUERY_SEED = "stream/query_seed.json"
+    TAKEN_UP = "stream/taken_up.json"
     STATUS = "stream/status.json"
     STOP = "stream/stop"
     LAUNCH = "stream/launch.json"
@@ -345,6 +350,21 @@ class StateStore:
     def read_seed(self) -> StreamSeed | None:
         data = self.read_json(self.SEED)
         return StreamSeed.from_dict(data) if data else None
+
+    def write_query_seed(self, seed: StreamSeed | None) -> None:
+        """The seed the stream's query runs with (``pipeline.query_seed``), written before it starts: the
+        query's tasks read this, not ``seed.json``, which a re-snapshot replaces while the query runs."""
+        self.write_json(self.QUERY_SEED, seed.to_dict() if seed is not None else {})
+
+    def read_query_seed(self) -> StreamSeed | None:
+        data = self.read_json(self.QUERY_SEED)
+        return StreamSeed.from_dict(data) if data else None
+
+    def write_taken_up(self, taken_up: Mapping[str, TakenUp]) -> None:
+        self.write_json(self.TAKEN_UP, {t: r.to_dict() for t, r in sorted(taken_up.items())})
+
+    def read_taken_up(self) -> dict[str, TakenUp]:
+        return {t: TakenUp.from_dict(d) for t, d in (self.read_json(self.TAKEN_UP) or {}).items()}
 
     def write_status(self, status: StreamStatus) -> None:
         self.write_json(self.STATUS, {**status.to_dict(), "updated_at": time.time()})
