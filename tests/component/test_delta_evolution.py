@@ -100,6 +100,11 @@ def test_one_version_renames_drops_widens_and_adds(sink):
     assert [c["operation"] for c in commits] == ["ADD FEATURE", "WRITE", "SET TBLPROPERTIES"], commits
     assert commits[1]["airflow_cdc"] == "schema version 1: ALTER 1"
     assert set(table(sink).protocol().writer_features) >= {"timestampNtz", "changeDataFeed"}
+    # change data feed readers see the rewrite as every row deleted and inserted again, in its one commit
+    rewrite = commits[1]["version"]
+    feed = pa.table(table(sink).load_cdf(starting_version=rewrite, ending_version=rewrite).read_all())
+    assert sorted(zip(feed["id"].to_pylist(), feed["_change_type"].to_pylist())) == [
+        (1, "delete"), (1, "insert"), (2, "delete"), (2, "insert")]
     write(sink, v1, [(3, 2**40, "z", Decimal("1234567890.1234"), 1, "f", None, None, None, None, None)], pos=900)
     assert rows(sink, "id", "b", "c")[-1] == (3, 2**40, Decimal("1234567890.1234"))
 
