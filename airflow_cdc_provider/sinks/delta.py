@@ -725,9 +725,10 @@ class DeltaSink(FileSink):
                                  low_watermark, retried)
 
     def stage(self, df, table: str) -> str:
-        """Write ``df`` with Spark to a new staging directory of ``table`` (returned)."""
+        """Write ``df`` with Spark to a new staging directory of ``table`` (returned). Uncompressed: the files
+        are read once, right away, and compressing them costs more than the bytes it saves."""
         staging = self.layout.staging_dir(table)
-        df.write.mode("overwrite").parquet(self.layout.storage.location(staging))
+        df.write.mode("overwrite").option("compression", "none").parquet(self.layout.storage.location(staging))
         return staging
 
     # -- reading ---------------------------------------------------------------------------------------
