@@ -287,16 +287,16 @@ class StreamJob:
     def _query_seed(self):
         """The seed this job's query runs with (``pipeline.query_seed``), written for its tasks before it starts."""
         status = self.store.read_status()
-        recorded = self.store.read_taken_up()
-        seed, taken_up = query_seed(self.store.read_seed(), self.store.finished_tables(), recorded,
+        recorded = self.store.read_overlapped_epochs()
+        seed, overlapped = query_seed(self.store.read_seed(), self.store.finished_tables(), recorded,
                                     status.epochs if status else {}, self.store.checkpoint_offset())
-        for table, record in sorted(taken_up.items()):
+        for table, record in sorted(overlapped.items()):
             if recorded.get(table) != record:
                 log.info("%s: snapshot epoch %d taken up where the stream resumes (%s), behind changes the stream "
                          "of an older epoch wrote during it: every change of the table after that is written",
                          table, record.epoch, record.after)
-        if taken_up != recorded:
-            self.store.write_taken_up(taken_up)
+        if overlapped != recorded:
+            self.store.write_overlapped_epochs(overlapped)
         self.store.write_query_seed(seed)
         return seed
 

@@ -3,7 +3,7 @@
     TablePlan        plan_chunks -> collect_watermarks: a table's snapshot epoch and its chunk count
     FinishedSnapshot collect_watermarks: a table's completed epoch with every chunk's report
     StreamSeed       collect_watermarks -> stream: where the stream starts, and per table what its snapshot holds
-    TakenUp          stream job -> its later queries: an epoch taken up after an older epoch's stream wrote past it
+    OverlappedEpoch  stream job -> its later queries: an epoch an older epoch's stream wrote into, and from where
     StreamLaunch     stream task: the launched job (pid and host, or a cluster driver) and its launch id
     StreamLease      stream task: the one task that runs the pipeline's stream now
     StreamStatus     stream job -> stream task, trigger, CLI: the job's heartbeat
@@ -122,13 +122,13 @@ class TableSeed:
 
 
 @dataclass(frozen=True)
-class TakenUp:
+class OverlappedEpoch:
     """A table's snapshot epoch as the stream took it up, resuming at ``after``, while a stream of an older
     epoch had written the table's changes past the epoch's first low watermark. That stream may have written a
     row whose delete comes later, inside a window's binlog range: the window holds no row of the key, and the
     epoch's emit filter would drop the delete. Every query of the epoch emits all the table's changes after
-    ``after`` (``TableSeed.emitting_after``): a few rows are written again, at versions older than the
-    window's rows, which the sinks' version rule keeps out of their state."""
+    ``after`` (``TableSeed.emitting_after``); those a window's rows also hold are older than them, and the
+    sinks' version rule keeps them out of their state."""
 
     epoch: int
     after: BinlogOffset
@@ -137,7 +137,7 @@ class TakenUp:
         return {"epoch": self.epoch, "after": self.after.to_dict()}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "TakenUp":
+    def from_dict(cls, data: Mapping[str, Any]) -> "OverlappedEpoch":
         return cls(int(data["epoch"]), BinlogOffset.from_dict(data["after"]))
 
 

@@ -14,7 +14,7 @@ One directory per pipeline (``state.path`` in YAML). Layout::
                                                       resync), in binlog order
     stream/seed.json                                  min HW + per-table chunk infos (collect_watermarks)
     stream/query_seed.json                            the seed the running query took up (its tasks read it)
-    stream/taken_up.json                              epochs taken up behind an older epoch's stream writes
+    stream/overlapped_epochs.json                     epochs an older epoch's stream wrote into (query_seed)
     stream/checkpoint/                                Spark's checkpoint location
     stream/status.json                                heartbeat: last_offset, lag_seconds, rows_emitted, ...
     stream/stop                                       a stop request for a continuous stream
@@ -52,7 +52,7 @@ from airflow_cdc_provider.state.records import (
     StreamLease,
     StreamSeed,
     StreamStatus,
-    TakenUp,
+    OverlappedEpoch,
 )
 from airflow_cdc_provider.state.storage import Storage
 
@@ -300,7 +300,7 @@ class StateStore:
     # -- stream ------------------------------------------------------------------------------------
     SEED = "stream/seed.json"
     QUERY_SEED = "stream/query_seed.json"
-    TAKEN_UP = "stream/taken_up.json"
+    OVERLAPPED_EPOCHS = "stream/overlapped_epochs.json"
     STATUS = "stream/status.json"
     STOP = "stream/stop"
     LAUNCH = "stream/launch.json"
@@ -360,11 +360,11 @@ class StateStore:
         data = self.read_json(self.QUERY_SEED)
         return StreamSeed.from_dict(data) if data else None
 
-    def write_taken_up(self, taken_up: Mapping[str, TakenUp]) -> None:
-        self.write_json(self.TAKEN_UP, {t: r.to_dict() for t, r in sorted(taken_up.items())})
+    def write_overlapped_epochs(self, overlapped: Mapping[str, OverlappedEpoch]) -> None:
+        self.write_json(self.OVERLAPPED_EPOCHS, {t: r.to_dict() for t, r in sorted(overlapped.items())})
 
-    def read_taken_up(self) -> dict[str, TakenUp]:
-        return {t: TakenUp.from_dict(d) for t, d in (self.read_json(self.TAKEN_UP) or {}).items()}
+    def read_overlapped_epochs(self) -> dict[str, OverlappedEpoch]:
+        return {t: OverlappedEpoch.from_dict(d) for t, d in (self.read_json(self.OVERLAPPED_EPOCHS) or {}).items()}
 
     def write_status(self, status: StreamStatus) -> None:
         self.write_json(self.STATUS, {**status.to_dict(), "updated_at": time.time()})

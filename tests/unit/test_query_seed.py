@@ -6,7 +6,7 @@ from airflow_cdc_provider.core.chunks import Chunk, TableId
 from airflow_cdc_provider.core.offsets import BinlogOffset
 from airflow_cdc_provider.core.reports import ChunkReport
 from airflow_cdc_provider.pipeline.query_seed import query_seed
-from airflow_cdc_provider.state.records import FinishedSnapshot, StreamSeed, TakenUp
+from airflow_cdc_provider.state.records import FinishedSnapshot, StreamSeed, OverlappedEpoch
 
 T = "db.t"
 
@@ -33,14 +33,14 @@ def high_watermarks(seed: StreamSeed) -> list[int]:
 
 def test_an_older_epochs_stream_that_wrote_past_the_first_window_has_the_new_epoch_emit_all_after_it():
     snap = snapshot(2)
-    seed, taken_up = query_seed(seed_of(snap), {T: snap}, {}, {T: 1}, at(300))
-    assert taken_up == {T: TakenUp(2, at(300))}
+    seed, overlapped = query_seed(seed_of(snap), {T: snap}, {}, {T: 1}, at(300))
+    assert overlapped == {T: OverlappedEpoch(2, at(300))}
     assert high_watermarks(seed) == [200, 300, 300]  # the first window's HW is before 300 already
     assert seed.start == seed_of(snap).start
 
     # the next query of the epoch (the status says epoch 2 now, the stream is further) keeps the record
-    again, kept = query_seed(seed_of(snap), {T: snap}, taken_up, {T: 2}, at(450))
-    assert kept == taken_up and high_watermarks(again) == [200, 300, 300]
+    again, kept = query_seed(seed_of(snap), {T: snap}, overlapped, {T: 2}, at(450))
+    assert kept == overlapped and high_watermarks(again) == [200, 300, 300]
 
 
 def test_the_epochs_own_filter_when_no_older_stream_wrote_inside_it():
@@ -51,15 +51,15 @@ def test_the_epochs_own_filter_when_no_older_stream_wrote_inside_it():
                              ({}, at(300)),  # no stream wrote the table (a table new to the stream)
                              ({T: 2}, at(300)),  # the previous query ran with this epoch, unclamped
                              ({T: 1}, None)]:  # no batch was ever committed
-        seed, taken_up = query_seed(seed_of(snap), {T: snap}, {}, previous, resume)
-        assert taken_up == {} and high_watermarks(seed) == exact, (previous, resume)
+        seed, overlapped = query_seed(seed_of(snap), {T: snap}, {}, previous, resume)
+        assert overlapped == {} and high_watermarks(seed) == exact, (previous, resume)
 
 
 def test_a_record_of_an_older_epoch_is_dropped_when_the_table_is_snapshotted_again():
     snap = snapshot(3)
-    seed, taken_up = query_seed(seed_of(snap), {T: snap}, {T: TakenUp(2, at(300))}, {T: 3}, at(300))
-    assert taken_up == {} and high_watermarks(seed) == [200, 600, 600]
+    seed, overlapped = query_seed(seed_of(snap), {T: snap}, {T: OverlappedEpoch(2, at(300))}, {T: 3}, at(300))
+    assert overlapped == {} and high_watermarks(seed) == [200, 600, 600]
 
 
 def test_no_seed_no_record():
-    assert query_seed(None, {}, {T: TakenUp(2, at(300))}, {T: 1}, at(300)) == (None, {})
+    assert query_seed(None, {}, {T: OverlappedEpoch(2, at(300))}, {T: 1}, at(300)) == (None, {})
