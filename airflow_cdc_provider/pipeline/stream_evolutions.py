@@ -6,6 +6,8 @@ The task that meets the ALTER first records the table's next version in the stat
 batch decodes with the recorded version. A version is built from the definition in force before the ALTER,
 the statement, and the source's definition now (for the exact types of added or retyped columns), and is
 checked against every later TABLE_MAP: a version that does not describe the rows is a resync, never a misread.
+An online schema change tool's swap (RENAME of its altered shadow table into the table's name) is applied as the
+shadow's ALTER (``source.online_schema_change``), from the shadow's statements the tasks kept as they passed.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from typing import Any, Collection, Mapping
 
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.offsets import BinlogOffset, EventPosition
-from airflow_cdc_provider.core.schema_changes import RESYNC
+from airflow_cdc_provider.core.schema_changes import RESYNC, shorten
+from airflow_cdc_provider.core.shadow_tables import ShadowStatement
 from airflow_cdc_provider.source.binlog import DefinitionsChanged, Evolutions, TableChangeReader, read_changes_between
-from airflow_cdc_provider.source.ddl import column_changes
+from airflow_cdc_provider.source.ddl import column_changes, renamed_into
+from airflow_cdc_provider.source.online_schema_change import swapped_in_changes
 from airflow_cdc_provider.source.schema import TableConfigError, column_type_of, column_types, load_schema
 from airflow_cdc_provider.source.schema_evolution import evolve_definition
 from airflow_cdc_provider.source.settings import ConnectionSettings
@@ -102,6 +106,10 @@ class StreamEvolutions(Evolutions):
         recorded = StateStore(self.state_path).table_versions(str(table), self.epochs[table])
         return version_at(recorded, position.sort_key) if recorded else None
 
+    def note_shadow(self, note: ShadowStatement) -> None:
+        if note.original in self.epochs:
+            StateStore(self.state_path).record_shadow_statement(self.epochs[note.original], note)
+
     def chain(self, table: TableId) -> list[TableVersion]:
         return self.chains[table]
 
@@ -128,7 +136,10 @@ class StreamEvolutions(Evolutions):
         if not self.in_place:
             return "the sink cannot change its tables in place"
         parsed = column_changes(statement, database)
-        if parsed is None or parsed[0] != table:
+        shadow = renamed_into(statement, database, table) if parsed is None else None
+        if shadow is not None:
+            self.settle(table, position)  # the shadow's statements in the batch's earlier part are kept first
+        elif parsed is None or parsed[0] != table:
             return "the statement does more than add, drop, rename or retype columns"
         store = StateStore(self.state_path)
         if store.snapshot_definitions_mixed(str(table), self.epochs[table]):
@@ -141,6 +152,14 @@ class StreamEvolutions(Evolutions):
         if any(v.position is not None and v.position.sort_key[:2] > here for v in recorded):
             return "a later change of the table was recorded first"
         before = version_at(recorded, position.sort_key)
+        if shadow is not None:
+            swapped = swapped_in_changes(
+                store.shadow_statements(str(table), self.epochs[table], str(shadow)), shadow, position,
+                lambda p: version_at(recorded, p.sort_key).number, before.number, before.schema.column_names)
+            if isinstance(swapped, str):
+                return f"an online schema change swapped {shadow} in: {swapped}"
+            alter, changes = swapped
+            parsed, statement = (table, changes), f"{shorten(statement)} (the table swapped in: {shorten(alter)})"
         conn = self.connect()
         try:
             try:

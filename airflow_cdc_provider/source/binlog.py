@@ -35,7 +35,9 @@ from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.offsets import BinlogOffset, EventPosition, split_binlog_file
 from airflow_cdc_provider.core.records import ChangeRecord, records_from_row_event
 from airflow_cdc_provider.core.schema_changes import DROP, EVOLVE, RESYNC, SchemaChange
+from airflow_cdc_provider.core.shadow_tables import OTHER, ShadowStatement
 from airflow_cdc_provider.source.ddl import dropped_database, mentions_captured, schema_changes
+from airflow_cdc_provider.source.online_schema_change import shadow_statements
 from airflow_cdc_provider.source.row_decoder import RowDecoder
 from airflow_cdc_provider.source.schema import TableSchema
 from airflow_cdc_provider.source.settings import ConnectionSettings
@@ -194,6 +196,8 @@ class TableChangeReader:
                        if t.database == dropped]
         elif mentions_captured(statement, self._names):
             changes = schema_changes(statement, database, lambda t: t in self.schemas)
+            if self.evolutions is not None:
+                self._note_shadows(statement, database, file, start)
         else:
             return []
         here = EventPosition(file, start, 0)
@@ -204,6 +208,15 @@ class TableChangeReader:
                        for c in changes]
         self.held |= {c.table for c in changes if c.kind == RESYNC}  # one report a table: what follows is held
         return changes
+
+    def _note_shadows(self, statement: str, database: str | None, file: str, start: int) -> None:
+        """Keeps what the statement does to online schema change tools' shadow tables of the tables evolved in
+        place (``source.online_schema_change``): their swap is applied as the shadow's ALTER. A shadow created
+        where the table's snapshot does not hold every change yet may copy a definition the stream never had."""
+        for note in shadow_statements(statement, database, lambda t: t in self.versions):
+            if note.kind != OTHER and self.covered(note.original, file, start):
+                note = note.refused("created before the table's snapshot held every change")
+            self.evolutions.note_shadow(note.at(EventPosition(file, start, 0)))
 
     def decoder_for(self, table_id: int, table_map: Any, table: TableId) -> RowDecoder | None:
         """The plan for the library's table map ``table_map`` of ``table_id`` (compiled at first use)."""
@@ -333,6 +346,10 @@ class Evolutions:
     def record(self, table: TableId, statement: str, database: str | None, position: EventPosition,
                current: TableVersion) -> TableVersion | str:
         """The next version after ``statement`` (recorded), or why it cannot be applied in place."""
+        raise NotImplementedError
+
+    def note_shadow(self, note: ShadowStatement) -> None:
+        """Keep a statement about a shadow table of a table evolved in place, for its swap (``record``)."""
         raise NotImplementedError
 
 

@@ -23,7 +23,9 @@ for not being understood.
 
 ``column_changes`` reads the same ALTER TABLE for the stream's in-place schema evolution
 (``source.schema_evolution``): the column specifications of an ALTER that changes nothing else the row images
-show, as written; None for any other statement, which stays a resync.
+show, as written; None for any other statement, which stays a resync. ``table_creation`` and ``renamed_into``
+read a CREATE TABLE and a RENAME TABLE for following online schema change tools' shadow tables
+(``source.online_schema_change``).
 
 Names are case-sensitive (``lower_case_table_names=0``); an unqualified name is in the QUERY event's current
 database. MySQL's executable comments (``/*!50001 ...*/``, MariaDB's ``/*M!100301 ...*/``) are read as
@@ -160,6 +162,59 @@ def column_changes(statement: str, default_database: str | None) -> tuple[TableI
     except (SqlglotError, _NotUnderstood):
         return None
     return table, changes
+
+
+@dataclass(frozen=True)
+class TableCreation:
+    """What a plain CREATE TABLE creates: ``table``, as a copy of ``like``'s definition (CREATE TABLE ... LIKE),
+    or with the columns ``columns`` (its column definitions, by name, in order); both None when it is neither
+    (CREATE ... SELECT, IF NOT EXISTS, a definition not parsed)."""
+
+    table: TableId
+    like: TableId | None = None
+    columns: tuple[str, ...] | None = None
+
+
+def table_creation(statement: str, default_database: str | None) -> TableCreation | None:
+    """The table a CREATE TABLE statement creates (not a TEMPORARY one, not CREATE OR REPLACE); None for any
+    other statement."""
+    if _NO_TABLE_CHANGE.match(statement):
+        return None
+    sql = _executed(statement)
+    try:
+        reader = _Reader.of(sql, default_database)
+        if reader.word("CREATE") is None or reader.words("OR", "REPLACE") or reader.word("TEMPORARY"):
+            return None
+        if reader.word("TABLE") is None:
+            return None
+        if reader.words("IF", "NOT", "EXISTS"):  # an existing table of the name stays as it was
+            return TableCreation(reader.table())
+        table = reader.table()
+        parenthesised = not reader.at_end() and reader.tokens[reader.i].token_type is TokenType.L_PAREN
+        if parenthesised and reader.peek(1) == "LIKE":
+            reader.i += 1
+        if reader.word("LIKE"):
+            like = reader.table()
+            if parenthesised and not reader.at_end() and reader.tokens[reader.i].token_type is TokenType.R_PAREN:
+                reader.i += 1
+            return TableCreation(table, like=like) if reader.at_end() else TableCreation(table)
+    except (SqlglotError, _NotUnderstood):
+        return None
+    tree = _parse(sql)
+    if isinstance(tree, exp.Create) and isinstance(tree.this, exp.Schema) and tree.expression is None:
+        columns = tuple(e.name for e in tree.this.expressions if isinstance(e, exp.ColumnDef))
+        if columns:  # the other definitions are indexes and constraints
+            return TableCreation(table, columns=columns)
+    return TableCreation(table)
+
+
+def named_tables(statement: str, default_database: str | None) -> set[TableId]:
+    """Every table ``statement`` may name (see ``_Reader.mentioned``: it may say too much, never too little)."""
+    sql = _executed(statement)
+    try:
+        return set(_Reader.of(sql, default_database).mentioned())
+    except SqlglotError:
+        return set(_names_in_text(sql, default_database))
 
 
 def _executed(statement: str) -> str:
@@ -512,6 +567,12 @@ def _rename(reader: _Reader) -> list[_Change] | None:
     """RENAME TABLE a TO b [, c TO d ...], read from tokens (sqlglot keeps it as a Command)."""
     if reader.word("USER"):
         return []
+    moves = _rename_moves(reader)
+    return None if moves is None else _renames(moves)
+
+
+def _rename_moves(reader: _Reader) -> list[tuple[TableId, TableId]] | None:
+    """The (from, to) pairs of RENAME TABLE, after its first word, in order; None when not understood."""
     if reader.word("TABLE", "TABLES") is None:
         return None
     moves = []
@@ -524,18 +585,39 @@ def _rename(reader: _Reader) -> list[_Change] | None:
         moves.append((source, reader.table()))
         if not reader.comma():
             break
-    return _renames(moves) if reader.at_end() else None
+    return moves if reader.at_end() else None
+
+
+def _holders(moves: list[tuple[TableId, TableId]]) -> dict[TableId, TableId | None]:
+    """Each name the renames touch -> the original name of the table it holds after them (None: no table)."""
+    holds: dict[TableId, TableId | None] = {}
+    for source, target in moves:
+        holds.setdefault(source, source)
+        holds.setdefault(target, None)
+        holds[target], holds[source] = holds[source], None
+    return holds
+
+
+def renamed_into(statement: str, default_database: str | None, table: TableId) -> TableId | None:
+    """The table a RENAME TABLE statement moves into ``table``'s name, as it was named before (gh-ost and
+    pt-online-schema-change swap their altered copy in so); None when ``table`` holds no other table after it,
+    and for any other statement."""
+    try:
+        reader = _Reader.of(_executed(statement), default_database)
+        if reader.word("RENAME") is None:
+            return None
+        moves = _rename_moves(reader)
+    except (SqlglotError, _NotUnderstood):
+        return None
+    original = _holders(moves or []).get(table)
+    return original if original is not None and original != table else None
 
 
 def _renames(moves: list[tuple[TableId, TableId]]) -> list[_Change]:
     """The net effect of renames applied in order, per name: a name whose table left and that got no other is a
     drop; a name holding another table at the end is a resync, and no drop (gh-ost and pt-online-schema-change
     swap the altered copy in so); a name holding its own table again is unchanged."""
-    holds: dict[TableId, TableId | None] = {}  # name -> the original name of the table it holds now
-    for source, target in moves:
-        holds.setdefault(source, source)
-        holds.setdefault(target, None)
-        holds[target], holds[source] = holds[source], None
+    holds = _holders(moves)  # name -> the original name of the table it holds now
     now_at = {original: name for name, original in holds.items() if original is not None}
     changes = []
     for name, original in holds.items():

@@ -10,6 +10,8 @@ One directory per pipeline (``state.path`` in YAML). Layout::
     tables/<db.table>/epoch=<E>/definition/            the definitions the stream decodes epoch E's changes with:
                                                       base.json (version 0), <seq>-<pos>.json (a later version
                                                       from an ALTER applied in place, at that position)
+    tables/<db.table>/epoch=<E>/shadows/<db.shadow>/  statements about an online schema change tool's shadow
+                                                      table of it, <seq>-<pos>.json each (the swap's ALTER)
     schema/changes.json                               the schema changes the stream applied (truncate, drop,
                                                       resync), in binlog order
     stream/seed.json                                  min HW + per-table chunk infos (collect_watermarks)
@@ -43,6 +45,7 @@ from typing import Any, Mapping
 from airflow_cdc_provider.core.offsets import BinlogOffset
 from airflow_cdc_provider.core.reports import ChunkReport
 from airflow_cdc_provider.core.schema_changes import SchemaChange
+from airflow_cdc_provider.core.shadow_tables import ShadowStatement
 from airflow_cdc_provider.source.table_versions import TableVersion
 from airflow_cdc_provider.state.records import (
     FinishedSnapshot,
@@ -272,6 +275,23 @@ class StateStore:
         if not self.storage.create(rel, json.dumps(version.to_dict())):
             return TableVersion.from_dict(self.read_json(rel))
         return version
+
+    def _shadow_rel(self, table: str, epoch: int, shadow: str) -> str:
+        return f"{self.epoch_rel(table, epoch)}/shadows/{table_dir_name(shadow)}"
+
+    def record_shadow_statement(self, epoch: int, note: ShadowStatement) -> None:
+        """Keep a statement about a shadow table of ``note.original`` (``source.online_schema_change``) at its
+        position, once."""
+        seq, pos, _ = note.position.sort_key
+        rel = f"{self._shadow_rel(str(note.original), epoch, str(note.shadow))}/{seq:06d}-{pos:012d}.json"
+        self.storage.create(rel, json.dumps(note.to_dict()))
+
+    def shadow_statements(self, table: str, epoch: int, shadow: str) -> list[ShadowStatement]:
+        """The statements about ``shadow`` the stream of ``table``'s epoch ``epoch`` kept, in binlog order."""
+        rel = self._shadow_rel(table, epoch, shadow)
+        notes = [ShadowStatement.from_dict(self.read_json(f"{rel}/{n}")) for n in self.storage.listdir(rel)
+                 if n.endswith(".json")]
+        return sorted(notes, key=lambda n: n.position.sort_key)
 
     def read_table_schema(self, table: str) -> dict[str, Any] | None:
         return self.read_json(f"tables/{table_dir_name(table)}/schema.json")

@@ -135,3 +135,133 @@ def test_the_first_batchs_alters_are_recorded_before_its_read_and_only_when_a_de
         assert evolutions(db, store, [v0, v1, v2]).definitions_changed(conn)
         assert not evolutions(db, store, [v0, v1, v2]).definitions_changed(conn, held={base.table})
 
+
+
+def gh_ost_swap(db, alter="ADD COLUMN c INT NOT NULL DEFAULT 0", middle=None):
+    """gh-ost's statements on ``t`` (id, v), its replay of changes onto the ghost table left out: the ghost
+    created like ``t`` and altered, the rows copied, changes of ``t`` meanwhile, the atomic swap, one change of
+    the swapped-in table. ``middle``: called between the copy and the swap; returns its value."""
+    db.execute("CREATE /* gh-ost */ TABLE `_t_gho` LIKE `t`")
+    db.execute(f"ALTER /* gh-ost */ TABLE `_t_gho` {alter}")
+    db.execute("INSERT /* gh-ost */ IGNORE INTO `_t_gho` (id, v) SELECT id, v FROM t")
+    db.execute("UPDATE t SET v = 20 WHERE id = 2")
+    db.execute("UPDATE _t_gho SET v = 20 WHERE id = 2")
+    found = middle() if middle else None
+    db.execute("RENAME /* gh-ost */ TABLE `t` TO `_t_del`, `_t_gho` TO `t`")
+    db.execute("DROP TABLE `_t_del`")
+    db.execute("UPDATE t SET v = 40 WHERE id = 4")
+    return found
+
+
+def schema_changes_of(out):
+    return [(r.kind, r.table.table) for r in out if isinstance(r, SchemaChange)]
+
+
+def changed_rows(out):
+    return [(r.op, dict(r.after)) for r in out if isinstance(r, ChangeRecord)]
+
+
+def test_an_online_schema_change_swap_is_the_shadows_alter_at_the_swap_and_no_row_of_the_copy(
+        source_db, tmp_path, server_id):
+    """gh-ost: the ghost table's ALTER, noted as the read passed it, is the version the swap starts; the copy's
+    rows and the ghost's own changes are not the table's. Read again as the query reads it after the restart,
+    the batch's rows of the original are carried up to the new version, and the swapped-in table's rows decode
+    with it."""
+    db = source_db
+    base, store, start = snapshotted_table(db, tmp_path)
+    middle = gh_ost_swap(db, middle=lambda: offset(db))
+    end = offset(db)
+
+    # the swap read first, by a segment starting after the ghost's ALTER: the batch's earlier part is read for
+    # the ghost's statements first
+    reader, out = read(db, server_id, evolutions(db, store, [TableVersion(0, base)]), middle, end, start, base)
+    assert schema_changes_of(out) == [("evolve", "t")] and reader.recorded
+    v0, v1 = store.table_versions(db.table("t"), 0)
+    assert v1.schema.column_names == ["id", "v", "c"] and dict(v1.added) == {"c": 0} and not v1.renamed
+    assert "_t_gho" in v1.statement and "ADD COLUMN c" in v1.statement
+    notes = store.shadow_statements(db.table("t"), 0, db.table("_t_gho"))
+    assert [n.kind for n in notes] == ["like", "alter", "other"]  # the swap itself renames the ghost away
+
+    reader, out = read(db, server_id, evolutions(db, store, [v0, v1]), start, end, start, base)
+    assert not reader.recorded and schema_changes_of(out) == [("evolve", "t")]
+    assert changed_rows(out) == [("u", {"id": 2, "v": 20, "c": 0}), ("u", {"id": 4, "v": 40, "c": 0})]
+
+
+def test_pt_online_schema_change_creates_its_shadow_from_show_create_table(source_db, tmp_path, server_id):
+    db = source_db
+    base, store, start = snapshotted_table(db, tmp_path)
+    with db.connection() as conn, conn.cursor() as cur:
+        cur.execute(f"SHOW CREATE TABLE `{db.name}`.`t`")
+        ddl = cur.fetchone()[1]
+    db.execute(ddl.replace("CREATE TABLE `t`", "CREATE TABLE `_t_new`", 1))
+    db.execute("ALTER TABLE `_t_new` CHANGE v w BIGINT NOT NULL, ADD COLUMN d VARCHAR(8) DEFAULT 'x'")
+    db.execute("CREATE TRIGGER `pt_osc_t_upd` AFTER UPDATE ON t FOR EACH ROW "
+               "REPLACE INTO `_t_new` (id, w) VALUES (NEW.id, NEW.v)")
+    db.execute("INSERT LOW_PRIORITY IGNORE INTO `_t_new` (id, w) SELECT id, v FROM t LOCK IN SHARE MODE")
+    db.execute("UPDATE t SET v = 30 WHERE id = 3")
+    db.execute("ANALYZE TABLE `_t_new`")
+    db.execute("RENAME TABLE `t` TO `_t_old`, `_t_new` TO `t`")
+    db.execute("DROP TABLE IF EXISTS `_t_old`")
+    db.execute("DROP TRIGGER IF EXISTS `pt_osc_t_upd`")
+    db.execute("INSERT INTO t (id, w) VALUES (8, 80)")
+    end = offset(db)
+
+    reader, out = read(db, server_id, evolutions(db, store, [TableVersion(0, base)]), start, end, start, base)
+    assert schema_changes_of(out) == [("evolve", "t")]
+    v0, v1 = store.table_versions(db.table("t"), 0)
+    assert v1.schema.column_names == ["id", "w", "d"] and dict(v1.renamed) == {"w": "v"}
+    assert dict(v1.added) == {"d": "x"}
+    reader, out = read(db, server_id, evolutions(db, store, [v0, v1]), start, end, start, base)
+    assert changed_rows(out) == [("u", {"id": 3, "w": 30, "d": "x"}), ("c", {"id": 8, "w": 80, "d": "x"})]
+
+
+def test_a_swap_the_stream_cannot_derive_stays_a_resync(source_db, tmp_path, server_id):
+    """A ghost ALTER not applied in place, the table altered after its ghost was created, a ghost altered twice, a
+    ghost created before the read began: each swap is a resync of the table, naming why."""
+    db = source_db
+    base, _, _ = snapshotted_table(db, tmp_path)
+
+    def swap_reason(evolved=0, **kwargs):
+        """The resync's detail of a swap by ``gh_ost_swap(**kwargs)``, after ``evolved`` ALTERs applied in place;
+        ``t`` and the state store start afresh."""
+        db.execute("DROP TABLE IF EXISTS t, _t_gho")
+        db.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT NOT NULL)")
+        db.executemany("INSERT INTO t VALUES (%s, %s)", [(i, i) for i in range(1, 6)])
+        store = StateStore(tmp_path / f"state-{offset(db).pos}")
+        store.note_snapshot_definition(db.table("t"), 0, base)
+        start = offset(db)
+        gh_ost_swap(db, **kwargs)
+        reader, out = read(db, server_id, evolutions(db, store, [TableVersion(0, base)]), start, offset(db), start,
+                           base)
+        changes = [r for r in out if isinstance(r, SchemaChange)]
+        assert (changes[-1].kind, changes[-1].table.table) == ("resync", "t"), changes
+        assert [c.kind for c in changes[:-1]] == ["evolve"] * evolved
+        return changes[-1].detail
+
+    assert "'v' changes from int(11) to smallint(6)" in swap_reason(alter="MODIFY v SMALLINT NOT NULL")
+
+    def both_altered():  # the table itself, and its ghost the same way (no tool does)
+        db.execute("ALTER TABLE t ADD COLUMN e INT NULL")
+        db.execute("ALTER TABLE _t_gho ADD COLUMN e INT NULL")
+
+    assert "t was altered after" in swap_reason(evolved=1, middle=both_altered)
+    assert "_t_gho was altered 2 times" in swap_reason(
+        middle=lambda: db.execute("ALTER TABLE _t_gho ADD COLUMN f INT NULL"))
+    assert "_t_gho was changed after it was created (truncated)" in swap_reason(
+        middle=lambda: db.execute("TRUNCATE TABLE _t_gho"))
+
+    def created_before_the_read():
+        db.execute("CREATE TABLE `_t_gho` LIKE `t`")
+        db.execute("ALTER TABLE `_t_gho` ADD COLUMN c INT NULL")
+
+    db.execute("DROP TABLE IF EXISTS t, _t_gho")
+    db.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT NOT NULL)")
+    store = StateStore(tmp_path / "state-late")
+    store.note_snapshot_definition(db.table("t"), 0, base)
+    created_before_the_read()
+    start = offset(db)
+    db.execute("RENAME TABLE `t` TO `_t_del`, `_t_gho` TO `t`")
+    reader, out = read(db, server_id, evolutions(db, store, [TableVersion(0, base)]), start, offset(db), start, base)
+    assert [(r.kind, r.detail) for r in out if isinstance(r, SchemaChange)] == [
+        ("resync", f"replaced by {db.table('_t_gho')} (renamed); not applied in place: an online schema change "
+                   f"swapped {db.table('_t_gho')} in: the stream did not see {db.table('_t_gho')} created")]
