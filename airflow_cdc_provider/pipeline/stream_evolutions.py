@@ -63,9 +63,11 @@ class StreamEvolutions(Evolutions):
         view.batch = (batch_start, settings, server_id) if batch_start is not None and settings else None
         return view
 
-    def settle(self, table: TableId, until: EventPosition) -> None:
+    def settle(self, table: TableId, until: EventPosition,
+               covered: Mapping[TableId, tuple[int, ...]] | None = None) -> None:
         """Reads the statements of the batch from its start to ``until``, recording the versions of the ALTERs
-        of ``table`` there, in order (a read from the batch's start knows every version before it)."""
+        of ``table`` there, in order (a read from the batch's start knows every version before it), and keeping
+        the statements about its shadow tables; ``covered``: the reader's ``covered_through``."""
         if self.batch is None:
             return
         first, settings, server_id = self.batch
@@ -73,7 +75,7 @@ class StreamEvolutions(Evolutions):
         if not stop > first:
             return
         schemas = {table: version_at(self.chains[table], first.sort_key).schema}
-        scanner = TableChangeReader(schemas, evolutions=self.reading_from(first), rows=False)
+        scanner = TableChangeReader(schemas, covered_through=covered, evolutions=self.reading_from(first), rows=False)
         for _ in read_changes_between(settings, server_id, first, stop, schemas, scanner):
             pass
 
@@ -137,9 +139,7 @@ class StreamEvolutions(Evolutions):
             return "the sink cannot change its tables in place"
         parsed = column_changes(statement, database)
         shadow = renamed_into(statement, database, table) if parsed is None else None
-        if shadow is not None:
-            self.settle(table, position)  # the shadow's statements in the batch's earlier part are kept first
-        elif parsed is None or parsed[0] != table:
+        if shadow is None and (parsed is None or parsed[0] != table):
             return "the statement does more than add, drop, rename or retype columns"
         store = StateStore(self.state_path)
         if store.snapshot_definitions_mixed(str(table), self.epochs[table]):

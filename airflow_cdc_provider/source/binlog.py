@@ -36,7 +36,7 @@ from airflow_cdc_provider.core.offsets import BinlogOffset, EventPosition, split
 from airflow_cdc_provider.core.records import ChangeRecord, records_from_row_event
 from airflow_cdc_provider.core.schema_changes import DROP, EVOLVE, RESYNC, SchemaChange
 from airflow_cdc_provider.core.shadow_tables import OTHER, ShadowStatement
-from airflow_cdc_provider.source.ddl import dropped_database, mentions_captured, schema_changes
+from airflow_cdc_provider.source.ddl import dropped_database, mentions_captured, renamed_into, schema_changes
 from airflow_cdc_provider.source.online_schema_change import shadow_statements
 from airflow_cdc_provider.source.row_decoder import RowDecoder
 from airflow_cdc_provider.source.schema import TableSchema
@@ -148,7 +148,7 @@ class TableChangeReader:
         ``DefinitionsChanged``). Otherwise the difference is a resync, as anywhere."""
         if self.evolutions is None or table in self.confirmed or table not in self.versions:
             return False
-        self.evolutions.settle(table, here)
+        self.evolutions.settle(table, here, self.covered_through)
         self.confirmed.add(table)
         version = self.evolutions.recorded_at(table, here)
         if version is None or version.number <= self.versions[table].number or definition_difference(
@@ -174,10 +174,11 @@ class TableChangeReader:
             self._use_version(table, known)
             self.confirmed.add(table)
             return SchemaChange(EVOLVE, table, change.statement, change.detail, change.position)
-        if table not in self.confirmed:
+        if table not in self.confirmed or renamed_into(change.statement, database, table) is not None:
             # the read started inside a batch whose earlier part may hold ALTERs of the table no one recorded
-            # yet: those are recorded first, in order, so this one is built on the version really before it
-            self.evolutions.settle(table, change.position)
+            # yet: those are recorded first, in order, so this one is built on the version really before it (and
+            # a swap's shadow statements there are kept before the swap is looked at)
+            self.evolutions.settle(table, change.position, self.covered_through)
             self.confirmed.add(table)
         recorded = self.evolutions.record(table, change.statement, database, change.position, self.versions[table])
         if isinstance(recorded, TableVersion):
@@ -335,8 +336,10 @@ class Evolutions:
         """The query's version that starts at ``position`` exactly."""
         raise NotImplementedError
 
-    def settle(self, table: TableId, until: EventPosition) -> None:
-        """Record the versions of ``table`` from the ALTERs between the batch's start and ``until``."""
+    def settle(self, table: TableId, until: EventPosition,
+               covered: Mapping[TableId, tuple[int, ...]] | None = None) -> None:
+        """Record the versions of ``table`` from the ALTERs between the batch's start and ``until`` (``covered``:
+        the reader's ``covered_through``)."""
         raise NotImplementedError
 
     def recorded_at(self, table: TableId, position: EventPosition) -> TableVersion | None:

@@ -82,12 +82,12 @@ def swapped_in_changes(notes: Sequence[ShadowStatement], shadow: TableId, swap: 
     seen = sorted((n for n in notes if n.shadow == shadow and n.position is not None
                    and n.position.sort_key < swap.sort_key), key=lambda n: n.position.sort_key)
     created = [i for i, n in enumerate(seen) if n.kind in (CREATED_LIKE, CREATED)]
+    unknown = [i for i, n in enumerate(seen) if n.kind == OTHER]
+    if unknown and (not created or unknown[-1] > created[-1]):
+        return f"the stream cannot tell what {shadow} holds: {seen[unknown[-1]].detail}"
     if not created:
         return f"the stream did not see {shadow} created"
     create, since = seen[created[-1]], seen[created[-1] + 1:]
-    other = next((n for n in since if n.kind == OTHER), None)
-    if other is not None:
-        return f"{shadow} was changed after it was created ({other.detail})"
     if version_at(create.position) != version_before:
         return f"{create.original} was altered after {shadow} was created as a copy of it"
     if create.kind == CREATED and [c.lower() for c in create.columns] != [c.lower() for c in columns_before]:
