@@ -75,6 +75,7 @@ COMMIT_RETRIES = 20
 SCHEMA_VERSIONS = 1 << 20  # table versions of one epoch a schema record can hold (``version_commit``)
 REWRITE_FILE_ROWS = 1 << 20  # rows per data file of a table rewritten by the stream
 BATCH_ROWS = 1 << 16
+STAGED_ROW_GROUP_BYTES = 16 << 20  # a staged window file's row groups (Spark's default: 128 MiB)
 
 _META_ARROW = {"string": "string", "bigint": "int64", "int": "int32"}
 _SIMPLE_TYPES = {"tinyint": "int8", "smallint": "int16", "int": "int32", "bigint": "int64", "float": "float32",
@@ -726,9 +727,11 @@ class DeltaSink(FileSink):
 
     def stage(self, df, table: str) -> str:
         """Write ``df`` with Spark to a new staging directory of ``table`` (returned). Uncompressed: the files
-        are read once, right away, and compressing them costs more than the bytes it saves."""
+        are read once, right away, and compressing them costs more than the bytes it saves. In small row groups:
+        they are rewritten one row group at a time (``delta_append.staged_batches``)."""
         staging = self.layout.staging_dir(table)
-        df.write.mode("overwrite").option("compression", "none").parquet(self.layout.storage.location(staging))
+        df.write.mode("overwrite").option("compression", "none").option("parquet.block.size", STAGED_ROW_GROUP_BYTES) \
+            .parquet(self.layout.storage.location(staging))
         return staging
 
     # -- reading ---------------------------------------------------------------------------------------

@@ -195,13 +195,30 @@ def rewrite_staged_file(storage_uri: str, rel: str, table_dir: str, schema, colu
                         finish: Callable[[Any], Any]) -> DataFile | None:
     """One Parquet file Spark staged (``rel``: its path under ``storage_uri``), read by pyarrow and written as one
     data file of the table (``write_data_file``)."""
-    from airflow_cdc_provider.sinks.delta import BATCH_ROWS, DeltaLayout
+    storage = Storage(storage_uri, key="sink.path")
+    with storage.open(rel, "rb") as staged:
+        return write_data_file(storage_uri, table_dir, schema, columns, staged_batches(staged), finish)
 
-    layout = DeltaLayout(storage_uri)
-    # a batch or two read ahead, not pyarrow's default 16: a task's memory stays a few batches however large the file
-    rows = layout.files([layout.storage.path(rel)]).to_batches(batch_size=BATCH_ROWS, batch_readahead=READ_AHEAD,
-                                                               fragment_readahead=1)
-    return write_data_file(storage_uri, table_dir, schema, columns, rows, finish)
+
+def staged_batches(staged) -> Iterator[Any]:
+    """The rows of a staged Parquet file (an open binary file), one row group at a time with the next one read
+    meanwhile: memory stays two row groups (``DeltaSink.stage`` keeps them small) however large the file.
+    pyarrow's dataset scanner reads whole row groups ahead of a consumer slower than it, as a writer is."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow.parquet as pq
+
+    from airflow_cdc_provider.sinks.delta import BATCH_ROWS
+
+    parquet = pq.ParquetFile(staged, coerce_int96_timestamp_unit="us")  # INT96 timestamps as Spark reads them
+    groups = parquet.num_row_groups
+    with ThreadPoolExecutor(1) as reader:
+        ahead = reader.submit(parquet.read_row_group, 0) if groups else None
+        for i in range(groups):
+            group = ahead.result()
+            if i + 1 < groups:
+                ahead = reader.submit(parquet.read_row_group, i + 1)
+            yield from group.to_batches(max_chunksize=BATCH_ROWS)
 
 
 def write_data_files_from_staged(spark, staged: list[str], storage_uri: str, table_dir: str, schema,
