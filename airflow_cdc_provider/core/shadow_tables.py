@@ -19,7 +19,8 @@ CREATED_LIKE = "like"  # CREATE TABLE shadow LIKE original
 CREATED = "create"  # CREATE TABLE shadow (columns...): pt-osc's copy of SHOW CREATE TABLE
 ALTERED = "alter"  # an ALTER TABLE of the shadow that the stream could apply in place to the original
 OTHER = "other"  # anything else that changes the shadow (dropped, renamed, an ALTER not understood, ...)
-KINDS = (CREATED_LIKE, CREATED, ALTERED, OTHER)
+EMPTIED = "emptied"  # the original itself truncated or dropped (``shadow`` is the original then)
+KINDS = (CREATED_LIKE, CREATED, ALTERED, OTHER, EMPTIED)
 
 # gh-ost's ghost table ``_<t>_gho``; pt-osc's new table ``_<t>_new``, with more leading underscores when
 # that name is taken

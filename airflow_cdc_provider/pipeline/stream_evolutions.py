@@ -20,7 +20,7 @@ from airflow_cdc_provider.core.offsets import BinlogOffset, EventPosition
 from airflow_cdc_provider.core.schema_changes import RESYNC, shorten
 from airflow_cdc_provider.core.shadow_tables import ShadowStatement
 from airflow_cdc_provider.source.binlog import DefinitionsChanged, Evolutions, TableChangeReader, read_changes_between
-from airflow_cdc_provider.source.ddl import column_changes, renamed_into
+from airflow_cdc_provider.source.ddl import column_changes, swapped_into
 from airflow_cdc_provider.source.online_schema_change import swapped_in_changes
 from airflow_cdc_provider.source.schema import TableConfigError, column_type_of, column_types, load_schema
 from airflow_cdc_provider.source.schema_evolution import evolve_definition
@@ -138,7 +138,7 @@ class StreamEvolutions(Evolutions):
         if not self.in_place:
             return "the sink cannot change its tables in place"
         parsed = column_changes(statement, database)
-        shadow = renamed_into(statement, database, table) if parsed is None else None
+        shadow = swapped_into(statement, database, table) if parsed is None else None
         if shadow is None and (parsed is None or parsed[0] != table):
             return "the statement does more than add, drop, rename or retype columns"
         store = StateStore(self.state_path)
@@ -153,9 +153,11 @@ class StreamEvolutions(Evolutions):
             return "a later change of the table was recorded first"
         before = version_at(recorded, position.sort_key)
         if shadow is not None:
+            epoch = self.epochs[table]
             swapped = swapped_in_changes(
-                store.shadow_statements(str(table), self.epochs[table], str(shadow)), shadow, position,
-                lambda p: version_at(recorded, p.sort_key).number, before.number, before.schema.column_names)
+                store.shadow_statements(str(table), epoch, str(shadow)), shadow, position,
+                lambda p: version_at(recorded, p.sort_key).number, before.number, before.schema.column_names,
+                store.shadow_statements(str(table), epoch, str(table)))
             if isinstance(swapped, str):
                 return f"an online schema change swapped {shadow} in: {swapped}"
             alter, changes = swapped
@@ -171,6 +173,10 @@ class StreamEvolutions(Evolutions):
         result = evolve_definition(before.schema, parsed[1], now, before.number + 1, position, statement)
         if isinstance(result, str):
             return result
+        if shadow is not None and (now is None or result.schema.column_names != now.column_names):
+            # an ALTER's version need only name what it changed; a swap's must be the whole table now
+            return (f"the table swapped in would have the columns {', '.join(result.schema.column_names)}, but the "
+                    f"source has {', '.join(now.column_names) if now else 'no such table'} now")
         followed = sink_versions([*recorded[:before.number + 1], result], behaviour)
         if isinstance(followed, str):
             return followed

@@ -34,9 +34,9 @@ from airflow_cdc_provider.compat import replication
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.offsets import BinlogOffset, EventPosition, split_binlog_file
 from airflow_cdc_provider.core.records import ChangeRecord, records_from_row_event
-from airflow_cdc_provider.core.schema_changes import DROP, EVOLVE, RESYNC, SchemaChange
-from airflow_cdc_provider.core.shadow_tables import OTHER, ShadowStatement
-from airflow_cdc_provider.source.ddl import dropped_database, mentions_captured, renamed_into, schema_changes
+from airflow_cdc_provider.core.schema_changes import DROP, EVOLVE, RESYNC, TRUNCATE, SchemaChange
+from airflow_cdc_provider.core.shadow_tables import EMPTIED, OTHER, ShadowStatement
+from airflow_cdc_provider.source.ddl import dropped_database, mentions_captured, swapped_into, schema_changes
 from airflow_cdc_provider.source.online_schema_change import shadow_statements
 from airflow_cdc_provider.source.row_decoder import RowDecoder
 from airflow_cdc_provider.source.schema import TableSchema
@@ -174,7 +174,7 @@ class TableChangeReader:
             self._use_version(table, known)
             self.confirmed.add(table)
             return SchemaChange(EVOLVE, table, change.statement, change.detail, change.position)
-        if table not in self.confirmed or renamed_into(change.statement, database, table) is not None:
+        if table not in self.confirmed or swapped_into(change.statement, database, table) is not None:
             # the read started inside a batch whose earlier part may hold ALTERs of the table no one recorded
             # yet: those are recorded first, in order, so this one is built on the version really before it (and
             # a swap's shadow statements there are kept before the swap is looked at)
@@ -207,6 +207,10 @@ class TableChangeReader:
         if self.evolutions is not None:
             changes = [self._evolved(c, database) if c.kind == RESYNC and c.table in self.versions else c
                        for c in changes]
+            for c in changes:  # a shadow copied from the table before this holds rows the table no longer has
+                if c.kind in (TRUNCATE, DROP) and c.table in self.versions:
+                    self.evolutions.note_shadow(ShadowStatement(c.table, c.table, EMPTIED, statement, database,
+                                                                detail=c.detail or c.kind, position=here))
         self.held |= {c.table for c in changes if c.kind == RESYNC}  # one report a table: what follows is held
         return changes
 

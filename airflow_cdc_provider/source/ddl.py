@@ -23,7 +23,7 @@ for not being understood.
 
 ``column_changes`` reads the same ALTER TABLE for the stream's in-place schema evolution
 (``source.schema_evolution``): the column specifications of an ALTER that changes nothing else the row images
-show, as written; None for any other statement, which stays a resync. ``table_creation`` and ``renamed_into``
+show, as written; None for any other statement, which stays a resync. ``table_creation`` and ``swapped_into``
 read a CREATE TABLE and a RENAME TABLE for following online schema change tools' shadow tables
 (``source.online_schema_change``).
 
@@ -598,10 +598,11 @@ def _holders(moves: list[tuple[TableId, TableId]]) -> dict[TableId, TableId | No
     return holds
 
 
-def renamed_into(statement: str, default_database: str | None, table: TableId) -> TableId | None:
-    """The table a RENAME TABLE statement moves into ``table``'s name, as it was named before (gh-ost and
-    pt-online-schema-change swap their altered copy in so); None when ``table`` holds no other table after it,
-    and for any other statement."""
+def swapped_into(statement: str, default_database: str | None, table: TableId) -> TableId | None:
+    """The table a RENAME TABLE statement swaps into ``table``'s name, as it was named before, when the same
+    statement moves ``table``'s own table to another name (gh-ost and pt-online-schema-change swap their altered
+    copy in so, atomically); None for any other statement, and for a rename into a name left empty before it
+    (``table`` dropped first, or renamed away by another statement)."""
     try:
         reader = _Reader.of(_executed(statement), default_database)
         if reader.word("RENAME") is None:
@@ -609,8 +610,11 @@ def renamed_into(statement: str, default_database: str | None, table: TableId) -
         moves = _rename_moves(reader)
     except (SqlglotError, _NotUnderstood):
         return None
-    original = _holders(moves or []).get(table)
-    return original if original is not None and original != table else None
+    holds = _holders(moves or [])
+    original = holds.get(table)
+    if original is None or original == table or table not in holds.values():
+        return None
+    return original
 
 
 def _renames(moves: list[tuple[TableId, TableId]]) -> list[_Change]:

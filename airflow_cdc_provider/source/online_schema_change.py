@@ -11,8 +11,10 @@ The stream notes every statement about a shadow of a captured table as it passes
 in the state store by snapshot epoch). At the swap, ``swapped_in_changes`` gives the ALTER to apply, when the
 shadow was created as a copy of the definition the table still had at the swap, then ALTERed by column changes
 at most once, and nothing else changed it; otherwise it says why, and the swap stays the resync it always was.
-The built version is then checked like any ALTER's: against the table's definition now and every later
-TABLE_MAP.
+The built version is then checked like any ALTER's, against every later TABLE_MAP, and its columns must be the
+table's columns on the source now (``StreamEvolutions.record``). A swap is one RENAME that moves the table away
+and the shadow in (``source.ddl.swapped_into``); a table truncated or dropped after its shadow was created
+(EMPTIED notes) no longer holds what the shadow copied.
 
 The row copy is the tool's: the sinks trust that the shadow holds the table's rows at the swap, as every CDC
 system following these tools does. ``stream.schema_changes: resnapshot`` re-reads the table instead.
@@ -74,11 +76,13 @@ def _shadow_statement(statement: str, database: str | None, shadow: TableId,
 
 def swapped_in_changes(notes: Sequence[ShadowStatement], shadow: TableId, swap: EventPosition,
                        version_at: Callable[[EventPosition], int], version_before: int,
-                       columns_before: Sequence[str]) -> tuple[str, list[ColumnChange]] | str:
+                       columns_before: Sequence[str],
+                       emptied: Sequence[ShadowStatement] = ()) -> tuple[str, list[ColumnChange]] | str:
     """The ALTER (its statement, its column changes) that ``shadow`` swapped into its original's name at
     ``swap`` stands for, from the ``notes`` of the shadow the stream kept; a string says why there is none.
     ``version_at``: the number of the original's version in force at a position; ``version_before`` and
-    ``columns_before``: its version in force just before the swap, and that version's column names."""
+    ``columns_before``: its version in force just before the swap, and that version's column names;
+    ``emptied``: the original's own EMPTIED notes (its truncates and drops)."""
     seen = sorted((n for n in notes if n.shadow == shadow and n.position is not None
                    and n.position.sort_key < swap.sort_key), key=lambda n: n.position.sort_key)
     created = [i for i, n in enumerate(seen) if n.kind in (CREATED_LIKE, CREATED)]
@@ -88,6 +92,9 @@ def swapped_in_changes(notes: Sequence[ShadowStatement], shadow: TableId, swap: 
     if not created:
         return f"the stream did not see {shadow} created"
     create, since = seen[created[-1]], seen[created[-1] + 1:]
+    gone = next((n for n in emptied if create.position.sort_key < n.position.sort_key < swap.sort_key), None)
+    if gone is not None:
+        return f"{create.original} was emptied after {shadow} was created ({gone.detail})"
     if version_at(create.position) != version_before:
         return f"{create.original} was altered after {shadow} was created as a copy of it"
     if create.kind == CREATED and [c.lower() for c in create.columns] != [c.lower() for c in columns_before]:

@@ -221,9 +221,9 @@ def test_a_swap_the_stream_cannot_derive_stays_a_resync(source_db, tmp_path, ser
     db = source_db
     base, _, _ = snapshotted_table(db, tmp_path)
 
-    def swap_reason(evolved=0, **kwargs):
-        """The resync's detail of a swap by ``gh_ost_swap(**kwargs)``, after ``evolved`` ALTERs applied in place;
-        ``t`` and the state store start afresh."""
+    def swap_reason(before=(), **kwargs):
+        """The resync's detail of a swap by ``gh_ost_swap(**kwargs)``, after the changes of kinds ``before``; ``t``
+        and the state store start afresh."""
         db.execute("DROP TABLE IF EXISTS t, _t_gho")
         db.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT NOT NULL)")
         db.executemany("INSERT INTO t VALUES (%s, %s)", [(i, i) for i in range(1, 6)])
@@ -235,7 +235,7 @@ def test_a_swap_the_stream_cannot_derive_stays_a_resync(source_db, tmp_path, ser
                            base)
         changes = [r for r in out if isinstance(r, SchemaChange)]
         assert (changes[-1].kind, changes[-1].table.table) == ("resync", "t"), changes
-        assert [c.kind for c in changes[:-1]] == ["evolve"] * evolved
+        assert [c.kind for c in changes[:-1]] == list(before)
         return changes[-1].detail
 
     assert "'v' changes from int(11) to smallint(6)" in swap_reason(alter="MODIFY v SMALLINT NOT NULL")
@@ -244,11 +244,32 @@ def test_a_swap_the_stream_cannot_derive_stays_a_resync(source_db, tmp_path, ser
         db.execute("ALTER TABLE t ADD COLUMN e INT NULL")
         db.execute("ALTER TABLE _t_gho ADD COLUMN e INT NULL")
 
-    assert "t was altered after" in swap_reason(evolved=1, middle=both_altered)
+    assert "t was altered after" in swap_reason(["evolve"], middle=both_altered)
     assert "_t_gho was altered 2 times" in swap_reason(
         middle=lambda: db.execute("ALTER TABLE _t_gho ADD COLUMN f INT NULL"))
     assert "cannot tell what {}._t_gho holds: truncated".format(db.name) in swap_reason(
         middle=lambda: db.execute("TRUNCATE TABLE _t_gho"))
+
+    assert f"{db.name}.t was emptied after {db.name}._t_gho was created (truncated)" in swap_reason(
+        ["truncate"], middle=lambda: db.execute("TRUNCATE TABLE t"))
+
+    # pt-osc's drop_swap: the table dropped, then the shadow renamed into its empty name by another statement. The
+    # sinks drop the table's rows at the drop; the shadow's are the table's new rows, which only a re-snapshot
+    # reads
+    db.execute("DROP TABLE IF EXISTS t, _t_gho, _t_new")
+    db.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT NOT NULL)")
+    db.executemany("INSERT INTO t VALUES (%s, %s)", [(i, i) for i in range(1, 6)])
+    store = StateStore(tmp_path / "state-drop-swap")
+    store.note_snapshot_definition(db.table("t"), 0, base)
+    start = offset(db)
+    db.execute("CREATE TABLE `_t_new` LIKE `t`")
+    db.execute("ALTER TABLE `_t_new` ADD COLUMN c INT NOT NULL DEFAULT 0")
+    db.execute("INSERT INTO `_t_new` (id, v) SELECT id, v FROM t")
+    db.execute("DROP TABLE t")
+    db.execute("RENAME TABLE `_t_new` TO `t`")
+    reader, out = read(db, server_id, evolutions(db, store, [TableVersion(0, base)]), start, offset(db), start, base)
+    assert schema_changes_of(out) == [("drop", "t"), ("resync", "t")]
+    assert len(store.table_versions(db.table("t"), 0)) == 1
 
     # the ghost created where the table's snapshot does not hold every change yet: the definition it copied may
     # be one the stream never had

@@ -7,7 +7,7 @@ import pytest
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.offsets import EventPosition
 from airflow_cdc_provider.core.shadow_tables import ShadowStatement, shadow_original
-from airflow_cdc_provider.source.ddl import renamed_into, table_creation
+from airflow_cdc_provider.source.ddl import swapped_into, table_creation
 from airflow_cdc_provider.source.online_schema_change import shadow_statements, swapped_in_changes
 from airflow_cdc_provider.source.table_versions import ADD_COLUMN, RENAME_COLUMN
 
@@ -50,10 +50,14 @@ def test_the_tools_statements_about_their_shadow():
     assert notes("RENAME TABLE x TO _t_gho")[0][:2] == ("other", "db._t_gho")
     # the swap: the shadow leaves; the table it lands in is the reader's business
     assert notes("RENAME TABLE `t` TO `_t_old`, `_t_new` TO `t`")[0][:2] == ("other", "db._t_new")
-    assert renamed_into("rename /* gh-ost */ table `db`.`t` to `db`.`_t_del`, `db`.`_t_gho` to `db`.`t`", None,
+    assert swapped_into("rename /* gh-ost */ table `db`.`t` to `db`.`_t_del`, `db`.`_t_gho` to `db`.`t`", None,
                         T) == GHO
-    assert renamed_into("RENAME TABLE t TO t2", "db", T) is None
-    assert renamed_into("ALTER TABLE _t_gho RENAME TO t", "db", T) is None
+    assert swapped_into("RENAME TABLE t TO t2", "db", T) is None
+    # a swap moves the table out in the same statement; a name left empty before (pt-osc's drop_swap: DROP TABLE
+    # t, then RENAME TABLE _t_new TO t) is refilled by another table, no swap
+    assert swapped_into("RENAME TABLE _t_new TO t", "db", T) is None
+    assert swapped_into("RENAME TABLE t TO _t_old, _t_new TO t", "db", T) == TableId("db", "_t_new")
+    assert swapped_into("ALTER TABLE _t_gho RENAME TO t", "db", T) is None
     # shadows of tables not captured, and tables not named as shadows
     assert notes("CREATE TABLE _x_gho LIKE x") == [] and notes("CREATE TABLE t_copy LIKE t") == []
 
@@ -77,11 +81,11 @@ def note(kind, pos, statement="", columns=()):
 ALTER = "ALTER TABLE _t_gho ADD COLUMN c INT NOT NULL DEFAULT 0, RENAME COLUMN name TO title"
 
 
-def swap(found, swap_pos=1000, versions=((0, 0),), before=0, columns=("id", "name")):
+def swap(found, swap_pos=1000, versions=((0, 0),), before=0, columns=("id", "name"), emptied=()):
     """``swapped_in_changes`` of the notes ``found``; ``versions``: (from position, number) of the table's."""
     def version_at(p):
         return max((v for v in versions if v[0] <= p.pos), key=lambda v: v[0])[1]
-    result = swapped_in_changes(found, GHO, at(swap_pos), version_at, before, list(columns))
+    result = swapped_in_changes(found, GHO, at(swap_pos), version_at, before, list(columns), emptied)
     return result if isinstance(result, str) else (result[0], [(c.kind, c.name) for c in result[1]])
 
 
@@ -96,6 +100,14 @@ def test_a_swap_is_the_shadows_one_alter_on_the_definition_it_copied():
     # the last creation counts; statements after the swap do not
     assert swap([note("like", 5), note("other", 6), note("like", 10), note("alter", 20, ALTER),
                  note("other", 1000), note("other", 1100)])[0] == ALTER
+
+
+def test_a_table_emptied_between_its_shadows_creation_and_the_swap_is_no_swap_of_the_same_rows():
+    truncated = [ShadowStatement(T, T, "emptied", "TRUNCATE t", "db", (), "truncated", at(15))]
+    assert swap([note("like", 10), note("alter", 20, ALTER)], emptied=truncated) == (
+        "db.t was emptied after db._t_gho was created (truncated)")
+    earlier = [ShadowStatement(T, T, "emptied", "TRUNCATE t", "db", (), "truncated", at(5))]
+    assert swap([note("like", 10), note("alter", 20, ALTER)], emptied=earlier)[0] == ALTER
 
 
 def test_a_swap_that_stands_for_no_alter_the_stream_can_derive_says_why():
