@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import tempfile
 import uuid
 from typing import IO, Any, Callable
 from urllib.parse import urlsplit
@@ -99,14 +100,19 @@ class Storage:
         target = self.path(rel)
         data = text.encode("utf-8")
         self.fs.makedirs(posixpath.dirname(target), exist_ok=True)
-        if self.is_local:
+        if self.is_local:  # written aside, then linked into place: a crash never leaves a half-written file
+            fd, aside = tempfile.mkstemp(dir=posixpath.dirname(target), prefix=".create-", suffix=".tmp")
             try:
-                fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                return False
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            return True
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.chmod(aside, 0o644)
+                try:
+                    os.link(aside, target)
+                except FileExistsError:
+                    return False
+                return True
+            finally:
+                os.unlink(aside)
         self._fresh()
         try:
             self.fs.pipe_file(target, data, mode="create")

@@ -46,6 +46,7 @@ def test_only_one_writer_creates_the_file(tmp_path, root):
     storage = Storage(str(tmp_path) if root == "local" else f"memory://lease-{os.getpid()}-{time.time_ns()}")
     assert storage.create("stream/lease.json", "a") and not storage.create("stream/lease.json", "b")
     assert storage.read_text("stream/lease.json") == "a"
+    assert storage.listdir("stream") == ["lease.json"]  # nothing written aside is left (local: then linked)
 
 
 def test_the_lease_is_taken_once_and_released_only_by_its_holder(tmp_path):
