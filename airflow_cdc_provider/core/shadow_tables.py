@@ -28,15 +28,15 @@ _GHOST = re.compile(r"_(.+)_gho")
 _NEW = re.compile(r"(_+)(.+)_new")
 
 
-def shadow_original(table: TableId, captured: Callable[[TableId], bool]) -> TableId | None:
-    """The captured table whose shadow ``table`` is by its name (``_t_gho``, ``_t_new``, ``__t_new``: ``t``),
-    else None."""
+def shadow_originals(table: TableId, captured: Callable[[TableId], bool]) -> list[TableId]:
+    """The captured tables whose shadow ``table`` may be by its name (``_t_gho``, ``_t_new``, ``__t_new``: ``t``;
+    ``__t_new`` may be ``_t``'s as well as ``t``'s, so both when both are captured)."""
     names = []
     if (ghost := _GHOST.fullmatch(table.table)) is not None:
         names.append(ghost.group(1))
-    if (new := _NEW.fullmatch(table.table)) is not None:  # ``__t_new`` may be ``_t``'s as well as ``t``'s
+    if (new := _NEW.fullmatch(table.table)) is not None:
         names += ["_" * k + new.group(2) for k in range(len(new.group(1)) - 1, -1, -1)]
-    return next((TableId(table.database, n) for n in names if captured(TableId(table.database, n))), None)
+    return [TableId(table.database, n) for n in names if captured(TableId(table.database, n))]
 
 
 @dataclass(frozen=True)

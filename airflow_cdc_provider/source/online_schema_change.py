@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.offsets import EventPosition
 from airflow_cdc_provider.core.shadow_tables import (
-    ALTERED, CREATED, CREATED_LIKE, OTHER, ShadowStatement, shadow_original,
+    ALTERED, CREATED, CREATED_LIKE, OTHER, ShadowStatement, shadow_originals,
 )
 from airflow_cdc_provider.source.ddl import column_changes, named_tables, schema_changes, table_creation
 from airflow_cdc_provider.source.table_versions import ColumnChange
@@ -46,8 +46,7 @@ def shadow_statements(statement: str, database: str | None,
         return []
     out = []
     for shadow in sorted(named_tables(statement, database), key=str):
-        original = shadow_original(shadow, captured)
-        if original is not None:
+        for original in shadow_originals(shadow, captured):
             found = _shadow_statement(statement, database, shadow, original)
             if found is not None:
                 out.append(found)

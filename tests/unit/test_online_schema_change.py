@@ -6,7 +6,7 @@ import pytest
 
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.offsets import EventPosition
-from airflow_cdc_provider.core.shadow_tables import ShadowStatement, shadow_original
+from airflow_cdc_provider.core.shadow_tables import ShadowStatement, shadow_originals
 from airflow_cdc_provider.source.ddl import swapped_into, table_creation
 from airflow_cdc_provider.source.online_schema_change import shadow_statements, swapped_in_changes
 from airflow_cdc_provider.source.table_versions import ADD_COLUMN, RENAME_COLUMN
@@ -19,13 +19,22 @@ def notes(statement, database="db"):
     return [(n.kind, str(n.shadow), n.columns, n.detail) for n in shadow_statements(statement, database, CAPTURED)]
 
 
-@pytest.mark.parametrize(("name", "original"), [
-    ("_t_gho", "t"), ("_t_new", "t"), ("__t_new", "t"), ("__u_new", "_u"), ("___u_new", "_u"), ("__u_gho", "_u"),
-    ("_u_gho", None), ("_t_ghc", None), ("_t_del", None), ("_t_old", None), ("t_new", None), ("_x_gho", None),
+@pytest.mark.parametrize(("name", "originals"), [
+    ("_t_gho", ["t"]), ("_t_new", ["t"]), ("__t_new", ["t"]), ("__u_new", ["_u"]), ("___u_new", ["_u"]),
+    ("__u_gho", ["_u"]), ("_u_gho", []), ("_t_ghc", []), ("_t_del", []), ("_t_old", []), ("t_new", []),
+    ("_x_gho", []),
 ])
-def test_a_shadow_is_known_by_the_tools_names_for_a_captured_table(name, original):
-    found = shadow_original(TableId("db", name), CAPTURED)
-    assert (found.table if found else None) == original
+def test_a_shadow_is_known_by_the_tools_names_for_a_captured_table(name, originals):
+    assert [t.table for t in shadow_originals(TableId("db", name), CAPTURED)] == originals
+
+
+def test_a_name_two_captured_tables_may_give_their_shadow_is_noted_for_both():
+    both = {TableId("db", "t"), TableId("db", "_t")}.__contains__
+    assert [t.table for t in shadow_originals(TableId("db", "__t_new"), both)] == ["_t", "t"]
+    assert [(n.kind, str(n.original)) for n in shadow_statements("CREATE TABLE __t_new LIKE t", "db", both)] == [
+        ("other", "db._t"), ("like", "db.t")]  # a copy of t, not of _t
+    assert [(n.kind, str(n.original)) for n in shadow_statements("ALTER TABLE __t_new ADD c INT", "db", both)] == [
+        ("alter", "db._t"), ("alter", "db.t")]
 
 
 def test_the_tools_statements_about_their_shadow():
