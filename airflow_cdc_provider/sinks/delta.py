@@ -76,6 +76,9 @@ SCHEMA_VERSIONS = 1 << 20  # table versions of one epoch a schema record can hol
 REWRITE_FILE_ROWS = 1 << 20  # rows per data file of a table rewritten by the stream
 BATCH_ROWS = 1 << 16
 STAGED_ROW_GROUP_BYTES = 16 << 20  # a staged window file's row groups (Spark's default: 128 MiB)
+# batches an in-place rewrite reads ahead of its writer; the table's own files have row groups of BATCH_ROWS rows
+# (``write_data_file``), so pyarrow's reading ahead by whole row groups stays small too
+READ_AHEAD = 2
 
 _META_ARROW = {"string": "string", "bigint": "int64", "int": "int32"}
 _SIMPLE_TYPES = {"tinyint": "int8", "smallint": "int16", "int": "int32", "bigint": "int64", "float": "float32",
@@ -484,7 +487,7 @@ class DeltaSink(FileSink):
         ``REWRITE_FILE_ROWS`` rows; files of a commit that fails are deleted. Returns the rows."""
         import itertools
 
-        from airflow_cdc_provider.sinks.delta_append import READ_AHEAD, stats_columns_of, write_data_file
+        from airflow_cdc_provider.sinks.delta_append import stats_columns_of, write_data_file
 
         if self._add_features_of(dt, wanted):
             dt = self.open_table(table)

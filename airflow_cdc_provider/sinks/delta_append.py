@@ -46,7 +46,6 @@ log = logging.getLogger("airflow_cdc.delta")
 WRITE_KEY = "airflow_cdc.write"  # commit metadata: how a snapshot window was written, "append" or "merge"
 FILE_RECORD_DDL = "path string, size bigint, modification_time bigint, stats string"
 APPEND_RETRIES = 20
-READ_AHEAD = 2  # batches a rewrite of a file reads ahead of its writer
 
 Outcome = Literal["appended", "committed before", "may overlap", "contended"]
 

@@ -60,6 +60,12 @@ from airflow_cdc_provider.state.records import (
 from airflow_cdc_provider.state.storage import Storage
 
 
+def position_file_name(position) -> str:
+    """``<seq>-<pos>.json``: a record kept at a binlog position, named so that names sort in binlog order."""
+    seq, pos, _ = position.sort_key
+    return f"{seq:06d}-{pos:012d}.json"
+
+
 def table_dir_name(table: str) -> str:
     """A directory name for 'db.table' that survives any character a MySQL identifier may hold."""
     safe = "".join(c if c.isalnum() or c in "._-" else f"%{ord(c):02X}" for c in table)
@@ -270,8 +276,7 @@ class StateStore:
 
     def record_table_version(self, table: str, epoch: int, version: TableVersion) -> TableVersion:
         """Record a version at its position once: the first writer wins, every other gets what it wrote."""
-        seq, pos, _ = version.position.sort_key
-        rel = f"{self._definition_rel(table, epoch)}/{seq:06d}-{pos:012d}.json"
+        rel = f"{self._definition_rel(table, epoch)}/{position_file_name(version.position)}"
         if not self.storage.create(rel, json.dumps(version.to_dict())):
             return TableVersion.from_dict(self.read_json(rel))
         return version
@@ -282,8 +287,7 @@ class StateStore:
     def record_shadow_statement(self, epoch: int, note: ShadowStatement) -> None:
         """Keep a statement about a shadow table of ``note.original`` (``source.online_schema_change``) at its
         position, once."""
-        seq, pos, _ = note.position.sort_key
-        rel = f"{self._shadow_rel(str(note.original), epoch, str(note.shadow))}/{seq:06d}-{pos:012d}.json"
+        rel = f"{self._shadow_rel(str(note.original), epoch, str(note.shadow))}/{position_file_name(note.position)}"
         self.storage.create(rel, json.dumps(note.to_dict()))
 
     def shadow_statements(self, table: str, epoch: int, shadow: str) -> list[ShadowStatement]:
