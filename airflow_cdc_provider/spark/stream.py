@@ -207,28 +207,45 @@ class BatchWriter:
         return {table: metrics["rows"]}, metrics["newest"] or 0
 
     def _write_table_by_table(self, batch_df, batch_id: int, t0: float) -> tuple[dict[str, int], int]:
-        """Several captured tables: the batch is cached (decoded once), counted per table, then each table's
-        rows are written."""
+        """Several captured tables: the batch is cached (decoded once) and each table's rows are written from the
+        cache. Every table's rows are counted by an observation under the cache, so the first write, which builds
+        the cache, counts them all on the way: a batch is one Spark job per table with rows (one at least), with
+        no counting pass of its own. The first write is of the table that has had the most rows so far, the one
+        most likely to have rows now."""
         from pyspark.sql import functions as F
 
-        batch_df = batch_df.persist()
+        tables = sorted(self.image_columns)
+        observed = _observation(batch_df.sparkSession, f"airflow_cdc_batch_{batch_id}")
+        changes = F.collect_list(F.when(F.col("op").isin(*KIND_OF_OP), F.struct(*CHANGE_FIELDS)))
+        batch_df = batch_df.observe(observed, *[F.count_if(F.col("table") == t).alias(f"rows_{i}")
+                                                for i, t in enumerate(tables)],
+                                    F.max("ts_ms").alias("newest"), changes.alias("schema_changes")).persist()
+
+        def counts() -> dict[str, int]:
+            metrics = observed.get
+            return {t: metrics[f"rows_{i}"] for i, t in enumerate(tables)}
+
+        def write(table: str) -> None:
+            self._sink.write_changes(self._changes(batch_df.filter(F.col("table") == table), table),
+                                     self.types[table], batch_id, self._mid_write(table, batch_id),
+                                     lambda: counts()[table])
+
         try:
-            stats = batch_df.groupBy("table").agg(F.count("*"), F.max("ts_ms"),
-                                                  F.sum(F.col("op").isin(*KIND_OF_OP).cast("int"))).collect()
-            counts = {r[0]: r[1] for r in stats}
-            t_read = time.monotonic() - t0
-            for i, table in enumerate(sorted(counts)):
-                data = self._changes(batch_df.filter(F.col("table") == table), table)
-                self._sink.write_changes(data, self.types[table], batch_id, self._mid_write(table, batch_id),
-                                         lambda n=counts[table]: n)
-                if i == 0:
-                    self.faults.hit("mid_batch", f"batch {batch_id}")
-            log.info("batch %d: %d rows read in %.2fs, written in %.2fs", batch_id, sum(counts.values()), t_read,
-                     time.monotonic() - t0 - t_read)
-            if any(r[3] for r in stats):
-                self._apply_schema_changes(batch_df.filter(F.col("op").isin(*KIND_OF_OP)).select(*CHANGE_FIELDS)
-                                           .collect(), batch_id)
-            return counts, max([0] + [r[2] or 0 for r in stats])
+            first = max(tables, key=lambda t: (self.rows_by_table.get(t, 0), t))
+            write(first)
+            t_first = time.monotonic() - t0
+            written = counts()
+            if any(written.values()):
+                self.faults.hit("mid_batch", f"batch {batch_id}")
+            for table in tables:
+                if table != first and written[table]:
+                    write(table)
+            log.info("batch %d: %d rows read and written in %.2fs (read and %s written in %.2fs)", batch_id,
+                     sum(written.values()), time.monotonic() - t0, first, t_first)
+            metrics = observed.get
+            if metrics["schema_changes"]:
+                self._apply_schema_changes(metrics["schema_changes"], batch_id)
+            return {t: n for t, n in written.items() if n}, metrics["newest"] or 0
         finally:
             batch_df.unpersist()
 
