@@ -152,7 +152,9 @@ class BatchWriter:
         store = StateStore(self.state_path)
         held = set(pending_resyncs(store))  # a table's first resync is the one that counts; segments decoded in
         changes = []  # parallel may each have reported one
-        for r in sorted(rows, key=lambda r: (r["file_seq"], r["pos"], r["row"])):
+        # an observation counts a re-run task's rows again (a lost shuffle's map stage): one record per change
+        unique = {(r["table"], r["op"], r["file_seq"], r["pos"], r["row"]): r for r in rows}
+        for r in sorted(unique.values(), key=lambda r: (r["file_seq"], r["pos"], r["row"])):
             said = json.loads(r["statement"] or "{}")
             change = SchemaChange(KIND_OF_OP[r["op"]], TableId.parse(r["table"]), said.get("statement", ""),
                                   said.get("detail", ""), EventPosition(said["file"], int(r["pos"]), int(r["row"])))
@@ -209,9 +211,9 @@ class BatchWriter:
     def _write_table_by_table(self, batch_df, batch_id: int, t0: float) -> tuple[dict[str, int], int]:
         """Several captured tables: the batch is cached (decoded once) and each table's rows are written from the
         cache. Every table's rows are counted by an observation under the cache, so the first write, which builds
-        the cache, counts them all on the way: a batch is one Spark job per table with rows (one at least), with
-        no counting pass of its own. The first write is of the table that has had the most rows so far, the one
-        most likely to have rows now."""
+        the cache, counts them all on the way: a batch is one Spark job per table with rows, with no counting pass
+        of its own. The first write is of the table that has had the most rows so far, the one most likely to have
+        rows now; when it has none, that write is the one job more."""
         from pyspark.sql import functions as F
 
         tables = sorted(self.image_columns)
@@ -226,20 +228,27 @@ class BatchWriter:
             return {t: metrics[f"rows_{i}"] for i, t in enumerate(tables)}
 
         def write(table: str) -> None:
+            hook = self._mid_write(table, batch_id)
+
+            def mid_write() -> None:
+                if counts()[table]:  # a table without rows in the batch has no mid-write
+                    hook()
+
             self._sink.write_changes(self._changes(batch_df.filter(F.col("table") == table), table),
-                                     self.types[table], batch_id, self._mid_write(table, batch_id),
-                                     lambda: counts()[table])
+                                     self.types[table], batch_id, mid_write, lambda: counts()[table])
 
         try:
             first = max(tables, key=lambda t: (self.rows_by_table.get(t, 0), t))
             write(first)
             t_first = time.monotonic() - t0
             written = counts()
-            if any(written.values()):
-                self.faults.hit("mid_batch", f"batch {batch_id}")
-            for table in tables:
-                if table != first and written[table]:
+            order = [first] + [t for t in tables if t != first and written[t]]
+            with_rows = [t for t in order if written[t]]
+            for i, table in enumerate(order):
+                if i:
                     write(table)
+                if with_rows and table == with_rows[0]:
+                    self.faults.hit("mid_batch", f"batch {batch_id}")  # after the first table with rows
             log.info("batch %d: %d rows read and written in %.2fs (read and %s written in %.2fs)", batch_id,
                      sum(written.values()), time.monotonic() - t0, first, t_first)
             metrics = observed.get
