@@ -242,13 +242,12 @@ class BatchWriter:
             write(first)
             t_first = time.monotonic() - t0
             written = counts()
-            order = [first] + [t for t in tables if t != first and written[t]]
-            with_rows = [t for t in order if written[t]]
-            for i, table in enumerate(order):
-                if i:
-                    write(table)
-                if with_rows and table == with_rows[0]:
-                    self.faults.hit("mid_batch", f"batch {batch_id}")  # after the first table with rows
+            if written[first]:
+                self.faults.hit("mid_batch", f"batch {batch_id}")  # after the first table with rows
+            for i, table in enumerate(t for t in tables if t != first and written[t]):
+                write(table)
+                if i == 0 and not written[first]:
+                    self.faults.hit("mid_batch", f"batch {batch_id}")
             log.info("batch %d: %d rows read and written in %.2fs (read and %s written in %.2fs)", batch_id,
                      sum(written.values()), time.monotonic() - t0, first, t_first)
             metrics = observed.get
