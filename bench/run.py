@@ -258,6 +258,9 @@ class Bench:
             raise RuntimeError(f"DAG {dag_id} failed; see {self.work / f'{dag_id}.log'}")
         return res
 
+    def first_task_harness(self, dag_id: str, result: dict) -> float | None:
+        return first_task_harness(self.work / f"{dag_id}.log", result)
+
     @staticmethod
     def span(result: dict, tasks) -> float:
         tis = [t for t in result["tis"] if t["task_id"] in tasks and t["start"] and t["end"]]
@@ -589,6 +592,20 @@ def window_split(dag_log: Path) -> tuple[float, float] | None:
     up to the rows staged in the sink) and of their sink write (publishing them), summed."""
     split = [(float(a), float(b)) for a, b in _WINDOW_LINE.findall(dag_log.read_text(errors="replace"))]
     return (sum(a for a, _ in split), sum(b for _, b in split)) if split else None
+
+
+_TASK_STARTED = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+)Z \[info\s*\] Task started ", re.M)
+
+
+def first_task_harness(dag_log: Path, result: dict) -> float | None:
+    """Seconds ``dag.test()`` spends between its first task instance's start and that task's first statement
+    (its in-process execution API starting; a running deployment's workers do not pay it), from the run's log."""
+    m = _TASK_STARTED.search(dag_log.read_text(errors="replace"))
+    starts = [t["start"] for t in result["tis"] if t["start"]]
+    if m is None or not starts:
+        return None
+    started = dt.datetime.strptime(m.group(1)[:26], "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=dt.timezone.utc)
+    return max(0.0, started.timestamp() - min(starts))
 
 
 def bare_decode(settings: ConnectionSettings, start: BinlogOffset, end: BinlogOffset, schema: str) -> tuple[int, float]:

@@ -2,8 +2,9 @@
 pipeline's steps call. A sink type plugs in through ``sinks.registry``; nothing else names sink types.
 
 Every row written carries the metadata columns below. The version ``(_cdc_file_seq, _cdc_pos, _cdc_row)``
-totally orders the changes of one key: a change's binlog position, or for snapshot rows their chunk's high
-watermark with row -1 (so every later change of the key is newer). Sinks keep, per key, the row with the
+totally orders the changes of one key: a change's binlog position, or for snapshot rows a watermark of their
+chunk with row -1 (the high watermark; in the jdbc mirror the low watermark, or for a key the binlog window
+changed, that change's position), so every later change of the key is newer. Sinks keep, per key, the row with the
 highest version, which is what makes retries, replays and re-snapshots converge.
 
 Who calls what:
@@ -22,15 +23,18 @@ from __future__ import annotations
 import abc
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Protocol
+
+if TYPE_CHECKING:
+    from airflow_cdc_provider.pipeline.chunk_window import WindowChanges
 
 META_COLUMNS: tuple[tuple[str, str], ...] = (
     ("_cdc_op", "string"),  # r snapshot read, c insert, u update (after image), d delete (before image);
     # a schema change's record (no data): t truncate, x drop, s resync (changes held until a re-snapshot)
     ("_cdc_ts_ms", "bigint"),  # event time in ms since the epoch; 0 for snapshot rows
     ("_cdc_file_seq", "bigint"),  # binlog file sequence number (mysql-bin.000042 -> 42)
-    ("_cdc_pos", "bigint"),  # start of the row event (or the chunk's high watermark position)
-    ("_cdc_row", "int"),  # row index in the event; -1 for snapshot rows
+    ("_cdc_pos", "bigint"),  # start of the row event (snapshot rows: the position of their version, above)
+    ("_cdc_row", "int"),  # row index in the event; -1 for a watermark
 )
 META_NAMES = tuple(n for n, _ in META_COLUMNS)
 VERSION_COLUMNS = ("_cdc_file_seq", "_cdc_pos", "_cdc_row")
@@ -75,18 +79,15 @@ class SinkConfig:
 
 
 class SnapshotWindow(Protocol):
-    """One watermark window's rows on their way into the sink: read (and counted) between the watermarks,
-    published under the window's high watermark once it is known."""
+    """One watermark window's rows on their way into the sink: read (and counted) between the watermarks, then
+    made exactly as of the high watermark by the binlog window's changes (``spark.window_fold``)."""
 
-    counts: dict[int, int]  # rows per chunk index, as read between the watermarks
+    counts: dict[int, int]  # rows per chunk index: as read, then as of the high watermark once published
 
-    def rows(self):
-        """The window's rows as read: data columns and ``CHUNK_COLUMN``, to fold the binlog window into."""
-
-    def publish(self, folded, version: Version, mid_write: Hook) -> list[int]:
-        """Write the rows (``folded`` if the binlog window changed some, else as read) with ``version``; return
-        the indexes of other chunks whose rows an earlier, differently grouped attempt took with it (their
-        reports must be dropped so they are read again)."""
+    def publish(self, changes: "WindowChanges", mid_write: Hook) -> list[int]:
+        """Bring the window's rows to ``changes.high`` with the binlog window's ``changes`` and make them final;
+        return the indexes of other chunks whose rows an earlier, differently grouped attempt took with it
+        (their reports must be dropped so they are read again)."""
 
 
 class Sink(abc.ABC):

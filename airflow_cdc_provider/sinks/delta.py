@@ -61,6 +61,7 @@ from airflow_cdc_provider.sinks.parquet_arrow import arrow_literal
 from airflow_cdc_provider.sinks.registry import register_sink
 from airflow_cdc_provider.sinks.types import TableSinkTypes
 from airflow_cdc_provider.spark.frames import col, cols, latest_per_key
+from airflow_cdc_provider.spark.window_fold import FoldedWindow
 from airflow_cdc_provider.state.storage import Storage
 from airflow_cdc_provider.state.store import table_dir_name
 
@@ -764,7 +765,7 @@ class DeltaSink(FileSink):
         return df.filter(~F.col(DELETED)).select(*cols(names))
 
 
-class StagedDeltaWindow:
+class StagedDeltaWindow(FoldedWindow):
     """A snapshot window: staged by Spark when opened (which forces the read), written with the window's
     version when published: appended as data files the executors write when no row of the table can share a
     key with it (``delta_append``), else MERGEd. Rows of retried chunks that an earlier attempt wrote and this
@@ -773,7 +774,7 @@ class StagedDeltaWindow:
     def __init__(self, sink: DeltaSink, staging: str, types, epoch: int, indexes: list[int],
                  low_watermark: Version, retried: set[int]) -> None:
         """``staging``: the window's rows as read (data columns and ``CHUNK_COLUMN``), staged."""
-        self.sink, self.types, self.epoch, self.indexes = sink, types, epoch, indexes
+        self.sink, self.spark, self.types, self.epoch, self.indexes = sink, sink.spark, types, epoch, indexes
         self.low_watermark, self.retried = low_watermark, retried
         self.table = str(types.schema.table)
         self.staging = staging
@@ -804,7 +805,7 @@ class StagedDeltaWindow:
             return self.sink.spark.createDataFrame([], schema)
         return self.sink.spark.read.schema(schema).parquet(self.sink.layout.storage.location(staged))
 
-    def publish(self, folded, version: Version, mid_write: Hook) -> list[int]:
+    def publish_rows(self, folded, version: Version, mid_write: Hook) -> list[int]:
         staged = self.sink.stage(folded.select(*cols(self.types.schema.column_names), col(CHUNK_COLUMN)),
                                  self.table) if folded is not None else self.staging
         first, last = min(self.indexes), max(self.indexes)

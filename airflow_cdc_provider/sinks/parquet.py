@@ -84,6 +84,7 @@ from airflow_cdc_provider.sinks.parquet_arrow import (
 from airflow_cdc_provider.sinks.registry import register_sink
 from airflow_cdc_provider.sinks.types import TableSinkTypes
 from airflow_cdc_provider.spark.frames import col, cols, latest_per_key, meta_ddl, newer_than
+from airflow_cdc_provider.spark.window_fold import FoldedWindow
 from airflow_cdc_provider.state.storage import Storage
 from airflow_cdc_provider.state.store import table_dir_name
 
@@ -535,11 +536,11 @@ def _spark_literal(value: Any, data_type):
     return lit.cast(data_type)
 
 
-class StagedWindow:
+class StagedWindow(FoldedWindow):
     """A parquet window: staged (written once, which forces the read) when opened, published by a rename."""
 
     def __init__(self, sink: ParquetSink, rows, types, epoch: int, indexes: list[int]) -> None:
-        self.sink, self.types, self.epoch, self.indexes = sink, types, epoch, indexes
+        self.sink, self.spark, self.types, self.epoch, self.indexes = sink, sink.spark, types, epoch, indexes
         self.table = str(types.schema.table)
         self.staging = sink._write_rows(rows, self.table)
         self.counts = sink._staged_counts(self.staging)
@@ -547,6 +548,6 @@ class StagedWindow:
     def rows(self):
         return self.sink._read_staged(self.staging, self.types)
 
-    def publish(self, folded, version: Version, mid_write: Hook) -> list[int]:
+    def publish_rows(self, folded, version: Version, mid_write: Hook) -> list[int]:
         return self.sink._publish_window(self.staging, self.table, self.epoch, self.indexes, version, folded,
                                          mid_write)

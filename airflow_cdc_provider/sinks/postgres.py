@@ -293,20 +293,26 @@ class PostgresMirror:
         )
 
     def upsert_batches(self, table: str, data_columns: Sequence[str], key_columns: Sequence[str],
-                       batches: Iterable[Any], page_rows: int = COPY_PAGE_ROWS) -> int:
+                       batches: Iterable[Any], page_rows: int = COPY_PAGE_ROWS, insert_first: bool = False) -> int:
         """Upsert Arrow record batches, columns by position as ``mirror_columns`` (``bytea`` columns as
         ``\\x`` hex text, ``bytea_text``; one row per key: dedupe before calling), in one transaction; returns
         how many rows were sent.
 
         Each page of about ``page_rows`` rows is COPYed as CSV into a temporary table and merged with one
         ``INSERT ... SELECT ... ON CONFLICT``: PostgreSQL parses and merges the rows itself, several times
-        faster than statements built row by row in Python."""
+        faster than statements built row by row in Python. ``insert_first`` (a snapshot's rows, mostly of keys
+        the mirror does not hold yet): a page is first COPYed straight into the mirror, which is what the upsert
+        does when none of its keys is there; the first key that is there fails that COPY (back to a savepoint,
+        nothing written), and this page and the rest are merged."""
+        import psycopg2.errors
         import pyarrow as pa
         import pyarrow.csv as pa_csv
 
         cols = self.mirror_columns(data_columns)
         names = ", ".join(pg_ident(c) for c in cols)
         copy_sql = f"COPY pg_temp.{pg_ident(STAGING_TABLE)} ({names}) FROM STDIN WITH (FORMAT csv)"
+        insert_sql = f"COPY {self.qualified(table)} ({names}) FROM STDIN WITH (FORMAT csv)"
+        staged = False
         merge_sql = self.upsert_sql(table, data_columns, key_columns,
                                     f"SELECT {names} FROM pg_temp.{pg_ident(STAGING_TABLE)}")
         options = pa_csv.WriteOptions(include_header=False)  # strings quoted, NULL an empty field: as COPY reads
@@ -325,16 +331,28 @@ class PostgresMirror:
                         conn = self.connect()
                         conn.set_client_encoding("UTF8")  # what the CSV is written in
                         cur = conn.cursor()
-                        cur.execute(f"CREATE TEMPORARY TABLE {pg_ident(STAGING_TABLE)} (LIKE "
-                                    f"{self.qualified(table)}) ON COMMIT DROP")
                     text = io.BytesIO()
                     pa_csv.write_csv(pa.Table.from_batches(page), text, options)
+                    n += sum(b.num_rows for b in page)
+                    page = []
+                    if insert_first:
+                        cur.execute("SAVEPOINT page")
+                        try:
+                            text.seek(0)
+                            cur.copy_expert(insert_sql, text)
+                            cur.execute("RELEASE SAVEPOINT page")
+                            continue
+                        except psycopg2.errors.UniqueViolation:
+                            cur.execute("ROLLBACK TO SAVEPOINT page")
+                            insert_first = False
+                    if not staged:
+                        cur.execute(f"CREATE TEMPORARY TABLE {pg_ident(STAGING_TABLE)} (LIKE "
+                                    f"{self.qualified(table)}) ON COMMIT DROP")
+                        staged = True
                     text.seek(0)
                     cur.copy_expert(copy_sql, text)
                     cur.execute(merge_sql)
                     cur.execute(f"TRUNCATE pg_temp.{pg_ident(STAGING_TABLE)}")
-                    n += sum(b.num_rows for b in page)
-                    page = []
             if conn is not None:
                 conn.commit()
         finally:
@@ -371,6 +389,20 @@ class PostgresMirror:
         with self.cursor() as cur:
             return self._tombstone(cur, table, '"_cdc_chunk" = %s AND "_cdc_op" = \'r\' AND ({v}) < (%s, %s, %s)',
                                    (chunk_tag, *low_watermark))
+
+    def void_window(self, table: str, chunk_tags: Sequence[str], low_watermark: tuple) -> int:
+        """Tombstone the rows a snapshot window wrote as it read them (its chunks' rows at its low watermark, or
+        older): a TRUNCATE in the window voided them."""
+        with self.cursor() as cur:
+            return self._tombstone(cur, table, '"_cdc_chunk" = ANY(%s) AND "_cdc_op" = \'r\' AND ({v}) <= (%s, %s, %s)',
+                                   (list(chunk_tags), *low_watermark))
+
+    def live_rows_by_chunk(self, table: str, chunk_tags: Sequence[str]) -> dict[str, int]:
+        """Live rows per snapshot chunk tag."""
+        with self.cursor() as cur:
+            cur.execute(f'SELECT "_cdc_chunk", count(*) FROM {with_params(self.qualified(table))} '
+                        'WHERE "_cdc_chunk" = ANY(%s) AND NOT "_cdc_deleted" GROUP BY 1', (list(chunk_tags),))
+            return {tag: int(n) for tag, n in cur.fetchall()}
 
     def tombstone_older(self, table: str, version: tuple, op: str) -> int:
         """Tombstone every live row older than ``version`` (a truncate's or drop's), giving it that version and
@@ -459,8 +491,9 @@ class JdbcSinkSettings:
 
 @register_sink
 class PostgresSink(Sink):
-    """Versioned upserts need the HW, so a snapshot window's rows are cached while it is read and written once
-    the HW is known (``CachedWindow``); stream batches are upserted as they come (newest version per key)."""
+    """A snapshot window's rows are upserted as they are read, under the window's low watermark, and the binlog
+    window's last changes on top once the HW is known (``WrittenWindow``); stream batches are upserted as they
+    come (newest version per key)."""
 
     type = "jdbc"
     settings = JdbcSinkSettings
@@ -499,11 +532,12 @@ class PostgresSink(Sink):
         self.mirror.evolve_in_place(versions, epoch)
 
     def open_window(self, rows, types, epoch: int, indexes: list[int], low_watermark: Version,
-                    retried: set[int]) -> "CachedWindow":
-        return CachedWindow(self, rows, types, epoch, indexes, low_watermark, retried)
+                    retried: set[int]) -> "WrittenWindow":
+        return WrittenWindow(self, rows, types, epoch, indexes, low_watermark, retried)
 
-    def _upsert(self, df, types, chunk_tag) -> None:
-        """``chunk_tag``: a Spark column naming each row's snapshot chunk (``epoch:index``), or None."""
+    def _upsert(self, df, types, chunk_tag, insert_first: bool = False) -> dict[str | None, int]:
+        """``chunk_tag``: a Spark column naming each row's snapshot chunk (``epoch:index``), or None. Returns how
+        many rows were sent per chunk tag. ``insert_first``: see ``PostgresMirror.upsert_batches``."""
         from pyspark.sql import functions as F
 
         table = str(types.schema.table)
@@ -528,12 +562,28 @@ class PostgresSink(Sink):
 
         def write_partition(batches):
             import pyarrow as pa
+            import pyarrow.compute as pc
 
-            yield pa.RecordBatch.from_pydict({"rows": [mirror.upsert_batches(table, data_cols, keys, batches)]})
+            sent: dict[str | None, int] = {}
+
+            def counted(batches):
+                for batch in batches:
+                    for vc in pc.value_counts(batch.column(batch.num_columns - 1)).to_pylist():
+                        sent[vc["values"]] = sent.get(vc["values"], 0) + vc["counts"]
+                    yield batch
+
+            mirror.upsert_batches(table, data_cols, keys, counted(batches), insert_first=insert_first)
+            yield pa.RecordBatch.from_arrays([pa.array(list(sent), pa.string()), pa.array(list(sent.values()),
+                                                                                          pa.int64())],
+                                             names=["chunk", "rows"])
 
         # a DataFrame action (not foreachPartition, an RDD's), so an observation of ``df`` sees it; rows reach
         # Python as Arrow columns, by position (mapInArrow refers to columns by name, unquoted)
-        out.toDF(*[f"c{i}" for i in range(len(out.columns))]).mapInArrow(write_partition, "rows bigint").collect()
+        sent: dict[str | None, int] = {}
+        for chunk, n in out.toDF(*[f"c{i}" for i in range(len(out.columns))]).mapInArrow(
+                write_partition, "chunk string, rows bigint").collect():
+            sent[chunk] = sent.get(chunk, 0) + n
+        return sent
 
     def write_changes(self, df, types, batch_id: int, mid_write: Hook, rows: Callable[[], int]) -> None:
         """``rows`` is not needed: an upsert of no rows changes nothing. Schema changes' records are not rows of
@@ -590,35 +640,40 @@ class PostgresSink(Sink):
         return df.select(*out)
 
 
-class CachedWindow:
-    """A jdbc window: its rows cached and counted when opened (which forces the read), upserted with the
-    window's version when published; rows an earlier attempt of a retried chunk wrote and this one did not
-    (deleted meanwhile) are swept. The cache is on local disk only: a window of a single-integer key holds all
-    of a task's chunks, millions of rows, and a cache in the JVM's heap ran out of it."""
+class WrittenWindow:
+    """A jdbc window, upserted while it is read (which forces the read) under the window's low watermark: older
+    than every change of the window, so whatever the fold or the stream writes for a key wins. Nothing is
+    cached between MariaDB and PostgreSQL. Publishing upserts the last change of each key the binlog window
+    touched, under that change's own position (``spark.window_fold``); after a TRUNCATE in the window the rows
+    read are tombstoned first. Rows an earlier attempt of a retried chunk wrote and this one did not (deleted
+    meanwhile) are swept."""
 
     def __init__(self, sink: PostgresSink, rows, types, epoch: int, indexes: list[int], low_watermark: Version,
                  retried: set[int]) -> None:
-        from pyspark import StorageLevel
-
-        from airflow_cdc_provider.spark.frames import chunk_counts
-
         self.sink, self.types, self.epoch = sink, types, epoch
+        self.table = str(types.schema.table)
         self.low_watermark, self.retried = low_watermark, retried
-        self.df = rows.persist(StorageLevel.DISK_ONLY)
-        self.counts = {indexes[0]: self.df.count()} if len(indexes) == 1 else chunk_counts(self.df)
+        self.tags = {index: f"{epoch}:{index}" for index in indexes}
+        sent = sink._upsert(with_meta(rows, "r", 0, low_watermark), types, self._tag(), insert_first=True)
+        self.counts = {index: sent.get(tag, 0) for index, tag in self.tags.items()}
 
-    def rows(self):
-        return self.df
-
-    def publish(self, folded, version: Version, mid_write: Hook) -> list[int]:
+    def _tag(self):
         from pyspark.sql import functions as F
 
-        rows = folded if folded is not None else self.df
-        tag = F.concat(F.lit(f"{self.epoch}:"), F.col(CHUNK_COLUMN).cast("string"))
-        self.sink._upsert(with_meta(rows, "r", 0, version), self.types, tag)
+        return F.concat(F.lit(f"{self.epoch}:"), F.col(CHUNK_COLUMN).cast("string"))
+
+    def publish(self, changes, mid_write: Hook) -> list[int]:
+        from airflow_cdc_provider.spark.window_fold import last_changes_frame
+
+        mirror, tags = self.sink.mirror, list(self.tags.values())
+        if changes.truncated:
+            mirror.void_window(self.table, tags, self.low_watermark)
+        if changes.last:
+            self.sink._upsert(last_changes_frame(self.sink.spark, self.types, changes.last), self.types, self._tag())
         mid_write()
-        table = str(self.types.schema.table)
         for index in sorted(self.retried):
-            self.sink.mirror.sweep_chunk(table, f"{self.epoch}:{index}", self.low_watermark)
-        self.df.unpersist()
+            mirror.sweep_chunk(self.table, self.tags[index], self.low_watermark)
+        if changes.touched or changes.truncated:
+            live = mirror.live_rows_by_chunk(self.table, tags)
+            self.counts = {index: live.get(tag, 0) for index, tag in self.tags.items()}
         return []

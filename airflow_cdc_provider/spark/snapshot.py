@@ -10,13 +10,13 @@ What Spark does in the window's steps:
 
 * SELECT: Spark JDBC (integer keys: ``partitions`` even key sub-ranges over the whole window, each row tagged
   with its chunk by one SQL expression on the chunk bounds; other keys: one read per chunk). Spark is lazy and
-  the read must happen *between* the watermarks, so the sink's ``open_window`` forces it (parquet stages the
-  rows, each written once; jdbc caches and counts them, its versioned upserts need the HW);
-* fold: the window's changed keys (only they reach the driver) are removed from the rows by a keyed
-  anti-join, and the last image of each that still exists is added back by a union;
-* publish: the rows get version ``HW`` in the sink (parquet: the staged window renamed under its version,
-  rewritten only if the binlog window changed it; jdbc: versioned upserts), then one report per chunk goes to
-  the state store (one file for the window).
+  the read must happen *between* the watermarks, so the sink's ``open_window`` forces it (parquet and delta
+  stage the rows, each written once; jdbc upserts them into the mirror under the low watermark);
+* publish (``spark.window_fold``): the window's changed keys (only they reach the driver) bring the rows to
+  ``HW``. Parquet and delta fold them in Spark (a keyed anti-join and a union) and give the rows version
+  ``HW`` (parquet: the staged window renamed under its version, rewritten only if the binlog window changed
+  it); jdbc upserts each changed key's last change on top, under its own position. Then one report per chunk
+  goes to the state store (one file for the window).
 
 A window's ``.started`` marker in the state store tells a retry that an earlier attempt may have written part
 of its chunks; the JDBC sink then removes rows that attempt wrote and this one did not (deleted meanwhile).
@@ -33,9 +33,7 @@ from typing import Any
 from airflow_cdc_provider.core.chunks import Chunk, TableId
 from airflow_cdc_provider.core.keys import Key
 from airflow_cdc_provider.core.offsets import BinlogOffset
-from airflow_cdc_provider.core.records import OP_DELETE
 from airflow_cdc_provider.core.reports import ChunkReport
-from airflow_cdc_provider.core.window import LastChanges
 from airflow_cdc_provider.pipeline.chunk_window import chunk_reports, read_window
 from airflow_cdc_provider.pipeline.faults import FaultSwitch
 from airflow_cdc_provider.pipeline.jobspec import JobSpec
@@ -47,7 +45,7 @@ from airflow_cdc_provider.source.key_order import DatabaseKeyOrder
 from airflow_cdc_provider.source.schema import TableSchema, load_schema
 from airflow_cdc_provider.source.server import server_info
 from airflow_cdc_provider.source.sql import quote_ident, quote_table, range_predicate
-from airflow_cdc_provider.spark.frames import chunk_counts, quoted
+from airflow_cdc_provider.spark.frames import quoted
 from airflow_cdc_provider.spark.jdbc_read import read_key_ranges
 from airflow_cdc_provider.spark.session import default_parallelism
 from airflow_cdc_provider.state.store import StateStore
@@ -135,28 +133,6 @@ def read_window_rows(spark, conn, settings, schema: TableSchema, types: TableSin
     return df
 
 
-def fold_window(spark, rows_df, types: TableSinkTypes, last: LastChanges, truncated: bool = False):
-    """Spark: rows without the changed keys (none after a TRUNCATE in the window), plus the last image of each
-    changed key that still exists."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import IntegerType, StructField, StructType
-
-    if truncated:
-        rows_df = rows_df.limit(0)
-    if not last:
-        return rows_df
-    schema = types.schema
-    key_idx = [schema.column_names.index(k) for k in schema.key_columns]
-    full = StructType.fromDDL(types.spark_ddl)
-    key_struct = StructType([full.fields[i] for i in key_idx])
-    key_rows = [tuple(types.types[i].convert(v) for i, v in zip(key_idx, key, strict=True)) for key in last]
-    upserts = [(*types.row_to_sink(dict(rec.after)), index) for rec, index in last.values() if rec.op != OP_DELETE]
-    changed = spark.createDataFrame(key_rows, key_struct)
-    kept = rows_df.join(F.broadcast(changed), on=list(schema.key_columns), how="left_anti")
-    tagged = StructType([*full.fields, StructField(CHUNK_COLUMN, IntegerType(), False)])
-    return kept.unionByName(spark.createDataFrame(upserts, tagged))
-
-
 def windows(chunks: list[Chunk], max_chunks: int | None = MAX_CHUNKS_PER_WINDOW) -> list[list[Chunk]]:
     """``chunks`` grouped into watermark windows: runs of consecutive chunks of one epoch, of at most
     ``max_chunks`` (None: a single-integer key, read as a few even key ranges however many chunks)."""
@@ -211,8 +187,6 @@ class SnapshotJob:
             self.faults.hit(point, c.split_id)
 
     def read_window(self, conn, info, schema, types, order, chunks: list[Chunk]) -> list[ChunkReport]:
-        from pyspark import StorageLevel
-
         table, epoch = str(schema.table), chunks[0].epoch
         indexes = [c.index for c in chunks]
         retried = self.store.mark_window_started(table, epoch, indexes)
@@ -226,29 +200,20 @@ class SnapshotJob:
         window, changes = read_window(conn, info, self.settings, self.spec.server_id, schema, order, chunks, select,
                                       lambda point: self._hit(point, chunks))
         t_select = time.monotonic() - t0
-        counts = window.counts
-        folded = None
-        if changes.touched or changes.truncated:
-            # on disk only, as the jdbc sink's window: a window may hold millions of rows
-            folded = fold_window(self.spark, window.rows(), types, changes.last, changes.truncated
-                                 ).persist(StorageLevel.DISK_ONLY)
-            counts = chunk_counts(folded)
-        t_write = time.monotonic()
-        lost = window.publish(folded, changes.high.sort_key, lambda: self._hit("mid_sink_write", chunks))
+        t_publish = time.monotonic()
+        lost = window.publish(changes, lambda: self._hit("mid_sink_write", chunks))
         for index in lost:  # their rows went with an earlier attempt's differently grouped directory
             log.warning("%s:%d: its rows were replaced by an overlapping window; its report is dropped so the "
                         "snapshot cannot finish until it is read again", table, index)
         if lost:
             self.store.clear_chunk_reports(table, epoch, lost)
-        if folded is not None:
-            folded.unpersist()
-        t_write = time.monotonic() - t_write
+        t_publish = time.monotonic() - t_publish
         seconds = time.monotonic() - t0
-        reports = chunk_reports(chunks, changes, counts, seconds)
+        reports = chunk_reports(chunks, changes, window.counts, seconds)
         self.store.write_window_reports(table, epoch, reports)
         log.info("window %s%s: %d rows, %d window changes, %.1fs (select %.1fs, sink write %.1fs)", chunks[0].label,
-                 f" (+{len(chunks) - 1} chunks)" if len(chunks) > 1 else "", sum(counts.values()),
-                 sum(changes.applied.values()), seconds, t_select, t_write)
+                 f" (+{len(chunks) - 1} chunks)" if len(chunks) > 1 else "", sum(window.counts.values()),
+                 sum(changes.applied.values()), seconds, t_select, t_publish)
         return reports
 
 

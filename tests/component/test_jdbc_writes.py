@@ -86,6 +86,31 @@ def test_pages_of_batches_merge_by_version_in_one_transaction(mirror):
     assert not {20, 21, 22} & stored(mirror).keys()
 
 
+def test_insert_first_copies_new_keys_straight_in_and_merges_from_the_first_page_holding_a_known_key(mirror):
+    def batch(keys, pos, text):
+        n = len(keys)
+        cols = [pa.array(keys, pa.int32()), pa.array([text] * n), pa.array([None] * n, pa.string()),
+                pa.array([None] * n, pa.decimal128(30, 10)), pa.array([None] * n, pa.timestamp("us")),
+                pa.array([None] * n, pa.float64()), pa.array(["r"] * n), pa.array([0] * n, pa.int64()),
+                pa.array([1] * n, pa.int64()), pa.array([pos] * n, pa.int64()), pa.array([-1] * n, pa.int32()),
+                pa.array([False] * n), pa.array(["1:0"] * n)]
+        return pa.RecordBatch.from_arrays(cols, names=[f"c{i}" for i in range(len(cols))])
+
+    mirror.upsert_batches(TABLE, NAMES, ["id"], [batch([5, 8], 900, "newer")])
+    # pages of 3: [0 1 2] new keys, copied in; [3 4 5] holds 5 (newer in the mirror): merged, and so is the
+    # rest, [6 7 8] (8 newer in the mirror, left alone) and [9]
+    sent = mirror.upsert_batches(TABLE, NAMES, ["id"], [batch(range(0, 10), 100, "snapshot")], page_rows=3,
+                                 insert_first=True)
+    assert sent == 10
+    got = {k: (r[1], r[7]) for k, r in stored(mirror).items()}
+    assert got == {**{k: ("snapshot", 100) for k in range(0, 10)}, 5: ("newer", 900), 8: ("newer", 900)}
+    # a page that fails for another reason than a known key fails the whole call, as without insert_first
+    with pytest.raises(Exception, match="cannot affect row a second time"):
+        mirror.upsert_batches(TABLE, NAMES, ["id"], [batch([20, 21], 400, "p1"), batch([22, 22], 400, "dup")],
+                              page_rows=2, insert_first=True)
+    assert not {20, 21, 22} & stored(mirror).keys()
+
+
 def test_a_batch_of_other_columns_is_refused_before_anything_is_written(mirror):
     narrow = pa.RecordBatch.from_arrays([pa.array([1])], names=["c0"])
     with pytest.raises(SinkError, match="has 1 columns, not the 13"):

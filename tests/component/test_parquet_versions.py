@@ -92,7 +92,7 @@ def snapshot(sink, spark, rows: list[tuple]) -> None:
     sink.prepare(types)
     df = spark.createDataFrame([(*r, 0) for r in rows], StructType.fromDDL(f"{types.spark_ddl}, {CHUNK_COLUMN} int"))
     window = sink.open_window(df, types, 1, [0], LOW_WATERMARK, set())
-    window.publish(None, EPOCH_VERSION, lambda: None)
+    window.publish_rows(None, EPOCH_VERSION, lambda: None)
     sink.finish_snapshot(T, 1, LOW_WATERMARK)
 
 
@@ -307,7 +307,7 @@ def resnapshot(sink, spark, types, rows, low_watermark, version) -> None:
 
     sink.prepare(types, evolve=True)
     df = spark.createDataFrame(rows, StructType.fromDDL(f"{types.spark_ddl}, {CHUNK_COLUMN} int"))
-    sink.open_window(df, types, 2, [0], low_watermark, set()).publish(None, version, lambda: None)
+    sink.open_window(df, types, 2, [0], low_watermark, set()).publish_rows(None, version, lambda: None)
     sink.finish_snapshot(T, 2, low_watermark)
 
 

@@ -122,7 +122,7 @@ def test_late_replayed_and_emptied_writes_converge_without_spark(tmp_path):
     def window(rows, epoch, indexes, low, high, retried=()):
         staged = stage([{"id": i, "name": n, CHUNK_COLUMN: i // 10} for i, n in rows])
         w = StagedDeltaWindow(sink, staged, types, epoch, indexes, (1, low, -1), set(retried))
-        w.publish(None, (1, high, -1), lambda: None)
+        w.publish_rows(None, (1, high, -1), lambda: None)
 
     def batch(batch_id, changes):
         rows = [{"id": i, "name": n, "_cdc_op": op, "_cdc_ts_ms": 1, "_cdc_file_seq": 1, "_cdc_pos": pos,

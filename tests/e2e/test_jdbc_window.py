@@ -1,0 +1,64 @@
+"""The jdbc mirror's snapshot window: rows upserted while they are read, under the window's low watermark, then the
+last change of each key the binlog window touched on top, under that change's position. Changes committed while a
+window sits between its SELECT and its high watermark (updates, deletes, inserts; a TRUNCATE and what follows it)
+must leave the mirror equal to MariaDB row by row, with the chunk reports counting the rows as of the HW."""
+
+from __future__ import annotations
+
+import threading
+
+from .cdc_helpers import Pipeline, jdbc_sink, sink_rows, source_rows, table_types, wait_until
+
+
+def paused_snapshot(p: Pipeline, chunks, marker, commit) -> None:
+    """Snapshot ``chunks`` in one job whose window pauses after its SELECT; ``commit()`` runs inside the pause."""
+    fault = {"point": "after_select", "action": "pause", "seconds": 8, "once": str(marker)}
+    job = threading.Thread(target=lambda: p.snapshot(chunks, fault=fault), daemon=True)
+    job.start()
+    wait_until(marker.exists, "the window to pause after its SELECT", 300)
+    commit()
+    job.join(300)
+    assert not job.is_alive()
+
+
+def test_changes_and_a_truncate_inside_jdbc_windows_then_the_stream(source_db, tmp_path, spark, postgres):
+    db = source_db
+    for t in ("items", "tr"):
+        db.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT NOT NULL, note VARCHAR(20))")
+        db.execute(f"INSERT INTO {t} SELECT seq, seq, 'init' FROM seq_1_to_3000")
+    schema = f"w_{db.name}"
+    p = Pipeline(db, tmp_path, jdbc_sink(postgres, schema), ["items", "tr"], postgres=postgres, chunk_size=1000)
+    chunks = p.plan()
+    by_table = {t: [c for c in chunks if str(c.table) == db.table(t)] for t in ("items", "tr")}
+
+    def items_window():  # keys read, then changed or deleted; keys inserted after the SELECT, one deleted again
+        db.execute("UPDATE items SET v = -v, note = 'in window' WHERE id IN (5, 1500, 2999)")
+        db.execute("DELETE FROM items WHERE id IN (7, 1501)")
+        db.execute("INSERT INTO items VALUES (5000, 5000, 'new'), (5001, 5001, 'new')")
+        db.execute("DELETE FROM items WHERE id = 5001")
+        db.execute("UPDATE items SET note = 'twice' WHERE id = 5")
+
+    def tr_window():  # the rows read are void; only what follows the TRUNCATE remains
+        db.execute("UPDATE tr SET note = 'before' WHERE id = 10")
+        db.execute("TRUNCATE TABLE tr")
+        db.execute("INSERT INTO tr VALUES (10, 10, 'after'), (20, 20, 'after'), (4000, 4000, 'after')")
+        db.execute("UPDATE tr SET v = 21 WHERE id = 20")
+        db.execute("DELETE FROM tr WHERE id = 4000")
+
+    paused_snapshot(p, by_table["items"], tmp_path / "items-paused", items_window)
+    paused_snapshot(p, by_table["tr"], tmp_path / "tr-paused", tr_window)
+    p.collect()
+    for t in ("items", "tr"):
+        reports = p.state.finished_snapshot(db.table(t)).chunks
+        assert sum(r.window_events_applied for r in reports) > 0, f"{t}: no change landed in its window"
+        assert sum(r.rows for r in reports) == len(source_rows(db, t)), f"{t}: the reports do not count the HW's rows"
+        assert sink_rows(spark, p.sink, p.secrets, table_types(db, t)) == source_rows(db, t), t
+
+    db.execute("UPDATE items SET note = 'streamed' WHERE id IN (1, 5000)")
+    db.execute("INSERT INTO tr VALUES (30, 30, 'streamed')")
+    p.stream()
+    for t in ("items", "tr"):
+        assert sink_rows(spark, p.sink, p.secrets, table_types(db, t)) == source_rows(db, t), t
+    with postgres.connect() as conn, conn.cursor() as cur:  # the mirror itself: live rows are the source's keys
+        cur.execute(f'SELECT id FROM "{schema}"."{db.name}__tr" WHERE NOT _cdc_deleted ORDER BY id')
+        assert [r[0] for r in cur.fetchall()] == [10, 20, 30]
