@@ -11,8 +11,9 @@ Two kinds of position exist:
 Both order by ``(file sequence, position, row)``. The file *sequence* (``.000042``) comes first, so the
 order stays correct across ``FLUSH BINARY LOGS`` rotations, where positions restart near 4. An offset sorts
 with row ``-1``: a row event that starts exactly at an offset was written after it, so
-``event.sort_key > offset.sort_key`` means "this change is newer than that watermark". Snapshot rows carry
-their chunk's high watermark as version, so every later change of the same key has a higher version.
+``event.sort_key > offset.sort_key`` means "this change is newer than that watermark". Snapshot rows carry a
+watermark of their chunk as version (the high one; the low one in the jdbc mirror, where the window's changes
+are written on top under their own positions), so every later change of the same key has a higher version.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ key inside the chunk that was written in the window is what the key looks like a
 puts its after image, a delete removes the key. Changes of keys outside the chunks belong to other chunks
 and are ignored. This is Flink CDC's ``upsertBinlog``. A TRUNCATE in the window voids the SELECTed rows
 (``after_last_truncate``): only what was written after it remains. ``window_changes`` picks those last changes (pure);
-the fold itself is ``fold_rows`` for rows in a dict, and a keyed anti-join plus union for rows in Spark
-(``spark.snapshot.fold_window``).
+the fold itself is ``fold_rows`` for rows in a dict, and in Spark ``spark.window_fold``: a keyed anti-join plus
+union for staged rows, or the last changes upserted on top of rows already in the jdbc mirror.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from airflow_cdc_provider.core.chunks import Chunk
 from airflow_cdc_provider.core.keys import Key
+from airflow_cdc_provider.core.offsets import EventPosition
 from airflow_cdc_provider.core.records import OP_CREATE, OP_DELETE, OP_UPDATE, ChangeRecord
 from airflow_cdc_provider.core.schema_changes import DROP, TRUNCATE, SchemaChange
 
@@ -37,20 +38,21 @@ class SchemaChangeInWindow(RuntimeError):
         super().__init__(f"{change.describe()} happened while this chunk was read; {why}")
 
 
-def after_last_truncate(records: Iterable[ChangeRecord | SchemaChange]) -> tuple[list[ChangeRecord], bool]:
-    """A window's row changes after its last TRUNCATE, and whether one happened (the SELECTed rows are then
-    void: every row at the high watermark was written after it). Raises ``SchemaChangeInWindow`` for any other
-    schema change."""
+def after_last_truncate(records: Iterable[ChangeRecord | SchemaChange]
+                        ) -> tuple[list[ChangeRecord], EventPosition | None]:
+    """A window's row changes after its last TRUNCATE, and where that TRUNCATE was (None: no TRUNCATE; if there
+    was one, the SELECTed rows are void: every row at the high watermark was written after it). Raises
+    ``SchemaChangeInWindow`` for any other schema change."""
     rows: list[ChangeRecord] = []
-    truncated = False
+    truncate: EventPosition | None = None
     for rec in records:
         if isinstance(rec, SchemaChange):
             if rec.kind != TRUNCATE:
                 raise SchemaChangeInWindow(rec)
-            rows, truncated = [], True
+            rows, truncate = [], rec.position
         else:
             rows.append(rec)
-    return rows, truncated
+    return rows, truncate
 
 
 def window_changes(records: Iterable[ChangeRecord], locate: Callable[[Key], Chunk | None]) -> tuple[LastChanges, Counter]:

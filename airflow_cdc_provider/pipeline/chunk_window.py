@@ -9,8 +9,8 @@
    a TRUNCATE in the window, onto no rows).
 
 ``read_window`` runs these steps for both readers: the Spark snapshot job (``spark.snapshot``, rows in a
-DataFrame, folded by a keyed anti-join) and ``read_chunk`` below (rows in a dict, in this process: what tests
-run DML against at a precise moment). Only the SELECT and the fold differ. ``checkpoint(point)`` is called
+DataFrame, brought to ``HW`` by the sink's window: ``spark.window_fold``) and ``read_chunk`` below (rows in a
+dict, in this process: what tests run DML against at a precise moment). Only the SELECT and the fold differ. ``checkpoint(point)`` is called
 after each step (``after_low_watermark``, ``after_select``, ``after_high_watermark``): the tests' hooks and
 the fault injection switch use these points.
 """
@@ -27,7 +27,7 @@ import pymysql
 
 from airflow_cdc_provider.core.chunks import Chunk, chunk_locator
 from airflow_cdc_provider.core.keys import Key
-from airflow_cdc_provider.core.offsets import BinlogOffset
+from airflow_cdc_provider.core.offsets import BinlogOffset, EventPosition
 from airflow_cdc_provider.core.records import key_of
 from airflow_cdc_provider.core.reports import ChunkReport
 from airflow_cdc_provider.core.window import LastChanges, after_last_truncate, fold_rows, window_changes
@@ -57,7 +57,11 @@ class WindowChanges:
     high: BinlogOffset
     last: LastChanges = field(default_factory=dict)  # key -> its newest change, with its chunk index
     applied: Counter = field(default_factory=Counter)  # chunk index -> changes of its keys in the window
-    truncated: bool = False  # a TRUNCATE in the window: the SELECTed rows are void, ``last`` is all there is
+    truncate: EventPosition | None = None  # the window's last TRUNCATE: the SELECTed rows are void, ``last`` is all
+
+    @property
+    def truncated(self) -> bool:
+        return self.truncate is not None
 
     @property
     def touched(self) -> set[int]:
@@ -79,7 +83,7 @@ def read_window(conn: Any, info: ServerInfo, settings: ConnectionSettings, serve
     _check_definition(conn, schema, high)
     changes = WindowChanges(low, high)
     if high > low:
-        records, changes.truncated = after_last_truncate(
+        records, changes.truncate = after_last_truncate(
             read_changes_between(settings, server_id, low, high, {schema.table: schema}))
         if order.needs_database:
             order.prefetch([r.key for r in records] + [k for c in chunks for k in (c.start, c.end) if k is not None])

@@ -283,13 +283,19 @@ class PostgresMirror:
         """The versioned upsert of ``rows_from`` (a query giving ``mirror_columns`` in order) into the mirror."""
         cols = self.mirror_columns(data_columns)
         updates = [c for c in cols if c not in key_columns and c != "_cdc_chunk"]
+        # a snapshot write names its chunk, a stream write keeps the chunk that last read the key: a retried
+        # chunk then finds every row its earlier attempt wrote, old epoch's rows included (``sweep_chunk``). A
+        # snapshot row of the same version as the live row (no binlog event between the two reads: the same
+        # state) is written too, only to name its chunk: a later sweep must tell it from a row no chunk re-read
+        chunk = '"_cdc_chunk" = COALESCE(EXCLUDED."_cdc_chunk", t."_cdc_chunk")'
         v = ", ".join(pg_ident(c) for c in VERSION_COLUMNS)
         ev = ", ".join(f"EXCLUDED.{pg_ident(c)}" for c in VERSION_COLUMNS)
         return (
             f"INSERT INTO {self.qualified(table)} AS t ({', '.join(pg_ident(c) for c in cols)}) {rows_from} "
             f"ON CONFLICT ({', '.join(pg_ident(k) for k in key_columns)}) DO UPDATE SET "
-            + ", ".join(f"{pg_ident(c)} = EXCLUDED.{pg_ident(c)}" for c in updates)
-            + f" WHERE (t.{v.replace(', ', ', t.')}) < ({ev})"
+            + ", ".join([*(f"{pg_ident(c)} = EXCLUDED.{pg_ident(c)}" for c in updates), chunk])
+            + f" WHERE (t.{v.replace(', ', ', t.')}) < ({ev}) OR ((t.{v.replace(', ', ', t.')}) = ({ev}) AND "
+            'EXCLUDED."_cdc_op" = \'r\' AND NOT t."_cdc_deleted")'
         )
 
     def upsert_batches(self, table: str, data_columns: Sequence[str], key_columns: Sequence[str],
@@ -390,15 +396,8 @@ class PostgresMirror:
             return self._tombstone(cur, table, '"_cdc_chunk" = %s AND "_cdc_op" = \'r\' AND ({v}) < (%s, %s, %s)',
                                    (chunk_tag, *low_watermark))
 
-    def void_window(self, table: str, chunk_tags: Sequence[str], low_watermark: tuple) -> int:
-        """Tombstone the rows a snapshot window wrote as it read them (its chunks' rows at its low watermark, or
-        older): a TRUNCATE in the window voided them."""
-        with self.cursor() as cur:
-            return self._tombstone(cur, table, '"_cdc_chunk" = ANY(%s) AND "_cdc_op" = \'r\' AND ({v}) <= (%s, %s, %s)',
-                                   (list(chunk_tags), *low_watermark))
-
     def live_rows_by_chunk(self, table: str, chunk_tags: Sequence[str]) -> dict[str, int]:
-        """Live rows per snapshot chunk tag."""
+        """Live rows per snapshot chunk tag (rows a running stream changed since are among them)."""
         with self.cursor() as cur:
             cur.execute(f'SELECT "_cdc_chunk", count(*) FROM {with_params(self.qualified(table))} '
                         'WHERE "_cdc_chunk" = ANY(%s) AND NOT "_cdc_deleted" GROUP BY 1', (list(chunk_tags),))
@@ -414,13 +413,17 @@ class PostgresMirror:
         with self.cursor() as cur:
             cur.execute(f"COMMENT ON TABLE {with_params(self.qualified(table))} IS %s", (text,))
 
-    def sweep_stale(self, table: str, min_low_watermark: tuple) -> int:
-        """After a complete (re-)snapshot: rows last written before it started are gone from the source."""
+    def sweep_stale(self, table: str, min_low_watermark: tuple, epoch: int | None = None) -> int:
+        """After a complete (re-)snapshot of ``epoch``: rows last written before it started are gone from the
+        source. A row of the snapshot's first low watermark exactly is one of them unless a chunk of ``epoch``
+        wrote it (the old epoch read it at that very position, and no chunk of this one read it again)."""
         with self.cursor() as cur:
             cur.execute("SELECT to_regclass(%s)", (self.qualified(table),))
             if cur.fetchone()[0] is None:
                 return 0
-            return self._tombstone(cur, table, "({v}) < (%s, %s, %s)", tuple(min_low_watermark))
+            return self._tombstone(cur, table, '(({v}) < (%s, %s, %s) OR (({v}) = (%s, %s, %s) AND '
+                                   '("_cdc_chunk" IS NULL OR "_cdc_chunk" NOT LIKE %s)))',
+                                   (*min_low_watermark, *min_low_watermark, f"{epoch}:%"))
 
 
 def pg_columns(types: TableSinkTypes) -> list[tuple[str, str]]:
@@ -520,7 +523,7 @@ class PostgresSink(Sink):
         """Rows older than the snapshot are gone; so are rows older than a truncate or drop the stream applied
         after the snapshot started (``emptied_after``: their records): a window published after such a
         tombstone may have inserted keys it did not cover."""
-        self.mirror.sweep_stale(table, min_low_watermark)
+        self.mirror.sweep_stale(table, min_low_watermark, epoch)
         for change in emptied_after:
             self.apply_schema_change(change, None)
 
@@ -578,7 +581,8 @@ class PostgresSink(Sink):
                                              names=["chunk", "rows"])
 
         # a DataFrame action (not foreachPartition, an RDD's), so an observation of ``df`` sees it; rows reach
-        # Python as Arrow columns, by position (mapInArrow refers to columns by name, unquoted)
+        # Python as Arrow columns, by position (mapInArrow refers to columns by name, unquoted); the rows sent are
+        # counted by ``_cdc_chunk``, the last column
         sent: dict[str | None, int] = {}
         for chunk, n in out.toDF(*[f"c{i}" for i in range(len(out.columns))]).mapInArrow(
                 write_partition, "chunk string, rows bigint").collect():
@@ -663,11 +667,15 @@ class WrittenWindow:
         return F.concat(F.lit(f"{self.epoch}:"), F.col(CHUNK_COLUMN).cast("string"))
 
     def publish(self, changes, mid_write: Hook) -> list[int]:
+        """A TRUNCATE in the window empties the mirror at its position first, as the stream applies one (every
+        row older than it, the rows just read included, becomes a tombstone); then each touched key's last change
+        goes on top. ``mid_write`` (a fault point) comes before the sweep, as a kill there would. Rows never
+        move between windows here, so no other chunk's report is lost (``[]``)."""
         from airflow_cdc_provider.spark.window_fold import last_changes_frame
 
         mirror, tags = self.sink.mirror, list(self.tags.values())
-        if changes.truncated:
-            mirror.void_window(self.table, tags, self.low_watermark)
+        if changes.truncate is not None:
+            mirror.tombstone_older(self.table, changes.truncate.sort_key, "t")
         if changes.last:
             self.sink._upsert(last_changes_frame(self.sink.spark, self.types, changes.last), self.types, self._tag())
         mid_write()
