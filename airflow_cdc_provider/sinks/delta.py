@@ -235,6 +235,11 @@ def older_than(alias: str | None, version: tuple[int, int, int] | str) -> str:
     return f"({s} < {seq} OR ({s} = {seq} AND ({p} < {pos} OR ({p} = {pos} AND {r} < {row}))))"
 
 
+def same_version(alias: str | None, version: tuple[int, int, int] | str) -> str:
+    """SQL: the version of row ``alias`` is ``version``."""
+    return "(" + " AND ".join(f"{a} = {b}" for a, b in zip(_version_sql(alias), _version_sql(None, version))) + ")"
+
+
 def newer_than(alias: str | None, version: tuple[int, int, int]) -> str:
     """SQL: the version of row ``alias`` is after ``version``."""
     s, p, r = _version_sql(alias)
@@ -565,7 +570,10 @@ class DeltaSink(FileSink):
                 on += [f"t.{ident(keys[0])} >= {int(key_range[0])}", f"t.{ident(keys[0])} <= {int(key_range[1])}"]
             merger = dt.merge(source(self._arrow_schema(dt)), " AND ".join(on), source_alias="s", target_alias="t",
                               commit_properties=props)
-            merger = merger.when_matched_update(updates=updates, predicate=older_than("t", "s"))
+            newer = older_than("t", "s")
+            if snapshot:  # a snapshot row of the live row's version (the same state) takes it over, for its chunk
+                newer = f"({newer} OR ({same_version('t', 's')} AND NOT t.{ident(DELETED)}))"
+            merger = merger.when_matched_update(updates=updates, predicate=newer)
             merger = merger.when_not_matched_insert_all(predicate=insert_if)
             if extra is not None:
                 merger = extra(merger)
@@ -641,11 +649,15 @@ class DeltaSink(FileSink):
     # -- the Airflow side --------------------------------------------------------------------------------
     def finish_snapshot(self, table: str, epoch: int, min_low_watermark: Version,
                         emptied_after: tuple = ()) -> None:
-        """Rows last written before the epoch started and not rewritten by it are gone from the source. The
-        truncates and drops the stream applied since the epoch started (``emptied_after``) are applied once
-        more: the insert guard already kept older window rows out, this makes sure of it."""
-        self._tombstone(table, older_than(None, tuple(min_low_watermark)), "d", None,
-                        f"snapshot epoch {epoch} finished")
+        """Rows last written before the epoch started and not rewritten by it are gone from the source (a row of
+        the epoch's first low watermark exactly too, unless a chunk of the epoch wrote it: an earlier epoch read
+        it at that very position). The truncates and drops the stream applied since the epoch started
+        (``emptied_after``) are applied once more: the insert guard already kept older window rows out, this
+        makes sure of it."""
+        first = tuple(min_low_watermark)
+        stale = (f"({older_than(None, first)} OR ({same_version(None, first)} AND ({ident(CHUNK)} IS NULL OR "
+                 f"{ident(CHUNK)} NOT LIKE {literal(f'{epoch}:%')})))")
+        self._tombstone(table, stale, "d", None, f"snapshot epoch {epoch} finished")
         for change in emptied_after:
             self.apply_schema_change(change, None)
 

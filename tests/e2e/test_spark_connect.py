@@ -99,7 +99,9 @@ def test_dag_chunks_on_spark_connect_then_stream(airflow_home, source_db, postgr
     # chunk reads onto page 2)
     with urllib.request.urlopen(f"{connect_server.ui_url}/connect/?sqlstat.pageSize=100000", timeout=10) as r:
         ui = r.read()
-    assert b"format: &quot;jdbc&quot;" in ui
+    # the chunk jobs' writes are there; the UI abbreviates a statement's plan, so the JDBC read at the leaf of a
+    # write's plan may be cut off (the event log above keeps it whole)
+    assert b"map_partitions" in ui and b"to_df" in ui
     for name, secret in secrets.items():
         assert secret.encode() not in text, f"{name} in the Connect server's event log"
         assert secret.encode() not in ui, f"{name} in the Connect server's UI"

@@ -1,13 +1,24 @@
-"""The jdbc mirror's snapshot window: rows upserted while they are read, under the window's low watermark, then the
-last change of each key the binlog window touched on top, under that change's position. Changes committed while a
+"""Snapshot windows written into a sink that holds rows already, with changes committed inside the window.
+
+The jdbc mirror upserts a window's rows while they are read, under the window's low watermark, then the last
+change of each key the binlog window touched on top, under that change's position. Changes committed while a
 window sits between its SELECT and its high watermark (updates, deletes, inserts; a TRUNCATE and what follows it)
-must leave the mirror equal to MariaDB row by row, with the chunk reports counting the rows as of the HW."""
+must leave the mirror equal to MariaDB row by row, with the chunk reports counting the rows as of the HW. In a
+re-snapshot (jdbc and delta) the sink holds every key already, from the old epoch's chunks."""
 
 from __future__ import annotations
 
 import threading
 
-from .cdc_helpers import Pipeline, jdbc_sink, sink_rows, source_rows, table_types, wait_until
+import pytest
+
+from .cdc_helpers import Pipeline, delta_sink, jdbc_sink, sink_rows, source_rows, table_types, wait_until
+
+
+def make_tables(db, names, rows: int) -> None:
+    for t in names:
+        db.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT NOT NULL, note VARCHAR(20))")
+        db.execute(f"INSERT INTO {t} SELECT seq, seq, 'init' FROM seq_1_to_{rows}")
 
 
 def paused_snapshot(p: Pipeline, chunks, marker, commit) -> None:
@@ -23,9 +34,7 @@ def paused_snapshot(p: Pipeline, chunks, marker, commit) -> None:
 
 def test_changes_and_a_truncate_inside_jdbc_windows_then_the_stream(source_db, tmp_path, spark, postgres):
     db = source_db
-    for t in ("items", "tr"):
-        db.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT NOT NULL, note VARCHAR(20))")
-        db.execute(f"INSERT INTO {t} SELECT seq, seq, 'init' FROM seq_1_to_3000")
+    make_tables(db, ("items", "tr"), 3000)
     schema = f"w_{db.name}"
     p = Pipeline(db, tmp_path, jdbc_sink(postgres, schema), ["items", "tr"], postgres=postgres, chunk_size=1000)
     chunks = p.plan()
@@ -64,17 +73,18 @@ def test_changes_and_a_truncate_inside_jdbc_windows_then_the_stream(source_db, t
         assert [r[0] for r in cur.fetchall()] == [10, 20, 30]
 
 
+@pytest.mark.parametrize("sink_type", ["jdbc", "delta"])
 def test_a_resnapshot_s_retried_window_and_truncate_leave_no_row_of_the_old_epoch(source_db, tmp_path, spark,
-                                                                                    postgres):
-    """In a re-snapshot the mirror already holds every key, written by the old epoch's chunks. A window killed after
-    its SELECT wrote them under its low watermark; a row deleted before the retry must still go. A TRUNCATE inside
-    a window must take every older row with it, whichever epoch's chunk last wrote it."""
+                                                                                    postgres, sink_type):
+    """In a re-snapshot the sink already holds every key, written by the old epoch's chunks, at the very version
+    the new epoch's first window reads at (nothing is written in between). A window killed after its SELECT (jdbc:
+    it wrote its rows already); a row deleted before the retry must still go. A TRUNCATE inside a window must take
+    every older row with it, whichever epoch's chunk last wrote it."""
     db = source_db
-    for t in ("ret", "tr"):
-        db.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT NOT NULL, note VARCHAR(20))")
-        db.execute(f"INSERT INTO {t} SELECT seq, seq, 'init' FROM seq_1_to_1500")
+    make_tables(db, ("ret", "tr"), 1500)
     schema = f"r_{db.name}"
-    p = Pipeline(db, tmp_path, jdbc_sink(postgres, schema), ["ret", "tr"], postgres=postgres, chunk_size=500)
+    sink = jdbc_sink(postgres, schema) if sink_type == "jdbc" else delta_sink(tmp_path)
+    p = Pipeline(db, tmp_path, sink, ["ret", "tr"], postgres=postgres, chunk_size=500)
     p.snapshot(p.plan())
     p.collect()
 
@@ -96,8 +106,14 @@ def test_a_resnapshot_s_retried_window_and_truncate_leave_no_row_of_the_old_epoc
     p.stream()
     for t in ("ret", "tr"):
         assert sink_rows(spark, p.sink, p.secrets, table_types(db, t)) == source_rows(db, t), t
-    with postgres.connect() as conn, conn.cursor() as cur:
-        cur.execute(f'SELECT id FROM "{schema}"."{db.name}__tr" WHERE NOT _cdc_deleted ORDER BY id')
-        assert [r[0] for r in cur.fetchall()] == [10, 2000]
-        cur.execute(f'SELECT _cdc_deleted FROM "{schema}"."{db.name}__ret" WHERE id = 1200')
-        assert cur.fetchone() == (True,)
+    if sink_type == "jdbc":  # the mirror itself
+        with postgres.connect() as conn, conn.cursor() as cur:
+            cur.execute(f'SELECT id FROM "{schema}"."{db.name}__tr" WHERE NOT _cdc_deleted ORDER BY id')
+            assert [r[0] for r in cur.fetchall()] == [10, 2000]
+            cur.execute(f'SELECT _cdc_deleted FROM "{schema}"."{db.name}__ret" WHERE id = 1200')
+            assert cur.fetchone() == (True,)
+    else:  # the Delta table read back with delta-rs
+        from deltalake import DeltaTable
+
+        live = DeltaTable(f"{sink.path}/{db.table('tr')}").to_pyarrow_table(filters=[("_cdc_deleted", "=", False)])
+        assert sorted(live.column("id").to_pylist()) == [10, 2000]
