@@ -288,14 +288,13 @@ class PostgresMirror:
         # snapshot row of the same version as the live row (no binlog event between the two reads: the same
         # state) is written too, only to name its chunk: a later sweep must tell it from a row no chunk re-read
         chunk = '"_cdc_chunk" = COALESCE(EXCLUDED."_cdc_chunk", t."_cdc_chunk")'
-        v = ", ".join(pg_ident(c) for c in VERSION_COLUMNS)
+        tv = ", ".join(f"t.{pg_ident(c)}" for c in VERSION_COLUMNS)
         ev = ", ".join(f"EXCLUDED.{pg_ident(c)}" for c in VERSION_COLUMNS)
         return (
             f"INSERT INTO {self.qualified(table)} AS t ({', '.join(pg_ident(c) for c in cols)}) {rows_from} "
             f"ON CONFLICT ({', '.join(pg_ident(k) for k in key_columns)}) DO UPDATE SET "
             + ", ".join([*(f"{pg_ident(c)} = EXCLUDED.{pg_ident(c)}" for c in updates), chunk])
-            + f" WHERE (t.{v.replace(', ', ', t.')}) < ({ev}) OR ((t.{v.replace(', ', ', t.')}) = ({ev}) AND "
-            'EXCLUDED."_cdc_op" = \'r\' AND NOT t."_cdc_deleted")'
+            + f" WHERE ({tv}) < ({ev}) OR (({tv}) = ({ev}) AND EXCLUDED.\"_cdc_op\" = 'r' AND NOT t.\"_cdc_deleted\")"
         )
 
     def upsert_batches(self, table: str, data_columns: Sequence[str], key_columns: Sequence[str],
@@ -648,8 +647,8 @@ class WrittenWindow:
     """A jdbc window, upserted while it is read (which forces the read) under the window's low watermark: older
     than every change of the window, so whatever the fold or the stream writes for a key wins. Nothing is
     cached between MariaDB and PostgreSQL. Publishing upserts the last change of each key the binlog window
-    touched, under that change's own position (``spark.window_fold``); after a TRUNCATE in the window the rows
-    read are tombstoned first. Rows an earlier attempt of a retried chunk wrote and this one did not (deleted
+    touched, under that change's own position (``spark.window_fold``); a TRUNCATE in the window first makes
+    every older row a tombstone. Rows an earlier attempt of a retried chunk wrote and this one did not (deleted
     meanwhile) are swept."""
 
     def __init__(self, sink: PostgresSink, rows, types, epoch: int, indexes: list[int], low_watermark: Version,
