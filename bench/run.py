@@ -51,7 +51,8 @@ Our spark-submits map the JVM class archives of their jobs (``airflow_cdc_provid
 the first job of each kind on a machine dumps. The bench keeps them in its work directory and dumps them
 first, in a warm-up DAG run reported on its own line (a one-time cost per machine, like a Connect server's
 start). Their Python processes start through our Python launcher (``airflow_cdc_provider.spark.launch.python_launcher``).
-Chunk jobs also run with the throughput collector (``operators._submit.THROUGHPUT_GC``). The plain reload runs
+Chunk jobs also run with the throughput collector (``operators.spark_submit.THROUGHPUT_GC``), the stream
+job with the client compiler only (``CLIENT_JIT``). The plain reload runs
 as users run it (none of these); a reference line gives it an archive of its own, the collector, the launcher
 and our driver settings (``spark.session.DRIVER_CONF``).
 

@@ -44,12 +44,24 @@ from airflow_cdc_provider.state.records import StreamLaunch
 # collector reads and writes a window faster there than the default G1 (docs/performance.md). The stream job
 # keeps G1: a continuous stream wants G1's short pauses more than throughput.
 THROUGHPUT_GC = "-XX:+IgnoreUnrecognizedVMOptions -XX:+UseParallelGC"
+# The stream job's driver on a local master compiles with HotSpot's client compiler (C1) only: that JVM runs the
+# Spark tasks beside the Python workers that decode the binlog, and the optimizing compiler (C2) would compile on
+# the cores they need, for JVM code (moving Arrow batches, planning batches) it runs too briefly to pay that back.
+# A chunk job's JVM reads and writes every row itself, and a large window gains from C2 (docs/performance.md).
+CLIENT_JIT = "-XX:TieredStopAtLevel=1"
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 
 def chooses_gc(java_options: str) -> bool:
     """Whether JVM options pick a garbage collector (``-XX:+UseG1GC``, ``-XX:+UseZGC``, ...): theirs wins."""
     return re.search(r"-XX:\+Use\w*GC\b", java_options) is not None
+
+
+def chooses_jit(java_options: str) -> bool:
+    """Whether JVM options set up the JIT compilers (``-XX:TieredStopAtLevel=4``, ``-XX:-TieredCompilation``,
+    ``-XX:CICompilerCount=2``, ``-Xint``, ``-Xcomp``): theirs wins."""
+    return re.search(r"-XX:(TieredStopAtLevel=|[+-]TieredCompilation\b|CICompilerCount=)|-X(int|comp)\b",
+                     java_options) is not None
 
 
 def spark_submit_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -89,11 +101,13 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
     ``class_archive`` (default True): a driver started on this machine maps a JVM class archive of its job
     (see ``spark.launch.class_archive``), which shortens the JVM's start; False starts it plain.
     A ``batch_job`` on a local master runs with the throughput collector (``THROUGHPUT_GC``) unless
-    ``spark.driver.extraJavaOptions`` picks a collector.
+    ``spark.driver.extraJavaOptions`` picks a collector; a ``client_jit`` job (the stream), with the client
+    compiler only (``CLIENT_JIT``) unless those options set up the JIT compilers.
     """
 
     job: str = ""
     batch_job: bool = False
+    client_jit: bool = False
 
     def __init__(self, *, class_archive: bool = True, connect_conn_id: str | None = None, **kwargs: Any) -> None:
         chosen = kwargs.get("env_vars") or {}
@@ -124,6 +138,8 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
             self._use_python_launcher(target)
             if target.local and self.batch_job:
                 self._use_throughput_gc()
+            if target.local and self.client_jit:
+                self._use_client_jit()
         if target.cluster_mode and target.standalone:
             archive = package_archive(pipeline.state.local_dir("dist"))
             # the driver starts on some worker: it fetches the application from the state store
@@ -217,6 +233,10 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
     def _use_throughput_gc(self) -> None:
         if not chooses_gc(self._driver_java_options()):
             self._add_driver_java_options(THROUGHPUT_GC)
+
+    def _use_client_jit(self) -> None:
+        if not chooses_jit(self._driver_java_options()):
+            self._add_driver_java_options(CLIENT_JIT)
 
     def _driver_java_options(self) -> str:
         return str((self.conf or {}).get(JAVA_OPTIONS, ""))

@@ -50,6 +50,7 @@ class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
     ui_color = "#f3e8fd"
     operator_extra_links = (SparkUILink(),)
     job = "binlog_stream"
+    client_jit = True
 
     def __init__(self, *, config: str, heartbeat_timeout: float | None = None, poll_interval: float = 5.0,
                  deferrable: bool = True, connect_conn_id: str | None = None, **kwargs: Any) -> None:
