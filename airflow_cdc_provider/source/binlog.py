@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import contextlib
 import re
+from functools import partial
 from typing import Any, Iterable, Iterator, Mapping
 
 from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.event import FormatDescriptionEvent, MariadbGtidEvent, QueryEvent, XidEvent
+from pymysqlreplication.event import (
+    FormatDescriptionEvent, GtidEvent, MariadbGtidEvent, QueryEvent, XAPrepareEvent, XidEvent,
+)
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from airflow_cdc_provider.compat import replication
@@ -40,16 +43,20 @@ from airflow_cdc_provider.source.ddl import dropped_database, mentions_captured,
 from airflow_cdc_provider.source.online_schema_change import shadow_statements
 from airflow_cdc_provider.source.row_decoder import RowDecoder
 from airflow_cdc_provider.source.schema import TableSchema
+from airflow_cdc_provider.source.connection import connect
 from airflow_cdc_provider.source.settings import ConnectionSettings
 from airflow_cdc_provider.source.table_definition import definition_difference
 from airflow_cdc_provider.source.table_versions import TableVersion, origins
+from airflow_cdc_provider.source.transactions import (
+    COMMITTED, GROUP_STARTS, TransactionMark, committed, transaction_mark, transactional_tables,
+)
 from airflow_cdc_provider.source.values import RowCanonicalizer
 
 _DATABASE_WORDS = re.compile(r"\b(DATABASE|SCHEMA)\b", re.IGNORECASE)
 _ROW_KINDS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}
 # Transaction events are requested too, so that a bounded read notices it passed its stop position even
 # when the captured tables see no change at all.
-_EVENTS = [WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, MariadbGtidEvent, QueryEvent,
+_EVENTS = [WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, XAPrepareEvent, MariadbGtidEvent, QueryEvent,
            FormatDescriptionEvent]
 
 
@@ -188,6 +195,16 @@ class TableChangeReader:
             return evolved
         return SchemaChange(RESYNC, table, change.statement, f"{change.detail}; not applied in place: {recorded}",
                             change.position)
+
+    def prepared_rollback(self, mark: TransactionMark) -> list[SchemaChange]:
+        """An XA ROLLBACK of a transaction prepared before: its group, read earlier, does not say which tables its
+        rows were of, and they may have been taken. Every captured table not covered or held is re-snapshotted."""
+        at = mark.position
+        changes = [SchemaChange(RESYNC, t, "XA ROLLBACK", "a prepared XA transaction rolled back after its rows were "
+                                "read", at) for t in self.schemas
+                   if t not in self.held and not self.covered(t, at.file, at.pos)]
+        self.held |= {c.table for c in changes}
+        return changes
 
     def statement_changes(self, statement: str, database: str | None, file: str, start: int) -> list[SchemaChange]:
         """The schema changes a QUERY event's statement makes to the captured tables (not yet covered)."""
@@ -425,6 +442,18 @@ def read_changes_between(
     if not stop > start:
         return
     reader = reader or TableChangeReader(schemas)
+    for item in committed(_events_read(settings, server_id, start, stop, schemas, reader),
+                          transactional_tables(partial(connect, settings))):
+        if isinstance(item, TransactionMark):  # a prepared XA transaction rolled back
+            yield from reader.prepared_rollback(item)
+        else:
+            yield item
+
+
+def _events_read(settings: ConnectionSettings, server_id: int, start: BinlogOffset, stop: BinlogOffset,
+                 schemas: Mapping[TableId, TableSchema],
+                 reader: TableChangeReader) -> Iterator[ChangeRecord | SchemaChange | TransactionMark]:
+    """``read_changes_between`` with the transactions' marks, every row as logged."""
     stop_key = stop.sort_key[:2]
     if reader.compiled:
         from airflow_cdc_provider.source.binlog_packets import PacketReader
@@ -438,4 +467,15 @@ def read_changes_between(
             here = BinlogOffset(file, event_start(event)).sort_key[:2]
             if here >= stop_key:
                 break
-            yield from reader.records(event, file)
+            if isinstance(event, (XidEvent, XAPrepareEvent)):
+                yield COMMITTED
+                continue
+            if isinstance(event, (MariadbGtidEvent, GtidEvent)):
+                yield GROUP_STARTS
+                continue
+            mark = transaction_mark(str(event.query), EventPosition(file, event_start(event), 0)) \
+                if isinstance(event, QueryEvent) else None
+            if mark is not None:
+                yield mark
+            else:
+                yield from reader.records(event, file)

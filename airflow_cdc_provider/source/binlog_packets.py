@@ -18,6 +18,7 @@ through ``replication.py`` only.
 from __future__ import annotations
 
 import struct
+from dataclasses import replace
 from typing import Any, Iterator
 
 from pymysqlreplication import BinLogStreamReader
@@ -25,9 +26,10 @@ from pymysqlreplication.constants import BINLOG
 
 from airflow_cdc_provider.compat import replication
 from airflow_cdc_provider.core.chunks import TableId
-from airflow_cdc_provider.core.offsets import split_binlog_file
+from airflow_cdc_provider.core.offsets import EventPosition, split_binlog_file
 from airflow_cdc_provider.core.records import ChangeRecord
 from airflow_cdc_provider.core.schema_changes import SchemaChange
+from airflow_cdc_provider.source.transactions import COMMITTED, GROUP_STARTS, TransactionMark, transaction_mark
 
 _HEADER = struct.Struct("<IBIIIH")  # after the OK byte: timestamp, type, server id, size, next position, flags
 _BODY = 20  # OK byte + 19-byte event header
@@ -53,8 +55,9 @@ def _table_id(data: bytes) -> int:
 _TRANSACTION_STATEMENTS = (b"BEGIN", b"COMMIT", b"ROLLBACK", b"SAVEPOINT", b"XA ", b"# Dummy")
 
 
-def _statement(data: bytes, checksum: int) -> tuple[str | None, str] | None:
-    """A QUERY event's ``(current database, statement)``, or None for a transaction's BEGIN/COMMIT. After the
+def _statement(data: bytes, checksum: int) -> tuple[str | None, str] | TransactionMark | None:
+    """A QUERY event's ``(current database, statement)``; its ``TransactionMark`` for a statement about the
+    transaction (BEGIN, COMMIT, ROLLBACK, SAVEPOINT, XA), None for another that changes nothing. After the
     header: thread id (4), time (4), database name length (1), error code (2), status block length (2), the
     status block, the database name and a NUL, then the statement."""
     at = _BODY + 8
@@ -64,7 +67,7 @@ def _statement(data: bytes, checksum: int) -> tuple[str | None, str] | None:
     database = data[at:at + db_len].decode("utf-8", "replace") or None
     query = data[at + db_len + 1:len(data) - checksum]
     if query.startswith(_TRANSACTION_STATEMENTS):
-        return None
+        return transaction_mark(query.decode("utf-8", "replace"))
     return database, query.decode("utf-8", "replace")
 
 
@@ -105,7 +108,7 @@ class PacketReader:
         return table
 
     # -- the loop ---------------------------------------------------------------------------------------
-    def changes(self, stop_key: tuple[int, int]) -> Iterator[ChangeRecord | SchemaChange]:
+    def changes(self, stop_key: tuple[int, int]) -> Iterator[ChangeRecord | SchemaChange | TransactionMark]:
         s = self.stream
         replication.connect(s)
         checksum = 4 if replication.uses_checksum(s) else 0
@@ -144,8 +147,16 @@ class PacketReader:
                 continue
             if kind == BINLOG.QUERY_EVENT:
                 statement = _statement(data, checksum)
-                if statement is not None:
+                if isinstance(statement, TransactionMark):
+                    yield replace(statement, position=EventPosition(self.file, next_pos - size, 0))
+                elif statement is not None:
                     yield from self.reader.statement_changes(statement[1], statement[0], self.file, next_pos - size)
+                continue
+            if kind in (BINLOG.XID_EVENT, BINLOG.XA_PREPARE_EVENT):
+                yield COMMITTED
+                continue
+            if kind in (BINLOG.MARIADB_GTID_EVENT, BINLOG.GTID_LOG_EVENT):
+                yield GROUP_STARTS
                 continue
             row_kind = _ROW_KINDS.get(kind)
             if row_kind is None:

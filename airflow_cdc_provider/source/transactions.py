@@ -1,0 +1,153 @@
+"""What of a logged transaction happened: rows the binlog holds but the server rolled back are not changes.
+
+A server writes a transaction to the binlog when it commits, so its rows are normally changes. A transaction
+that also changed a non-transactional table (MyISAM, Aria, MEMORY, a temporary table) is logged even when it
+rolls back, whole or to a savepoint: the non-transactional changes stayed, and a replica has to make them
+too. The group then ends in ``ROLLBACK`` (or holds ``SAVEPOINT s`` ... ``ROLLBACK TO s``), and the row events of
+transactional tables before it never happened. ``committed`` buffers each transaction's records and lets
+through what stayed: every record at a commit, and at a rollback only the rows of non-transactional tables and
+the schema changes.
+
+XA: a prepared transaction's group ends at ``XA PREPARE``, and ``XA COMMIT`` or ``XA ROLLBACK`` follows in a
+later group of its own, which does not say what the transaction changed. The rows are taken at the prepare
+(most prepared transactions commit); ``XA ROLLBACK`` after it is a ``prepared_rollback`` mark, and the reader
+re-snapshots the captured tables (``TableChangeReader.prepared_rollback``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass
+from typing import Callable, Collection, Iterable, Iterator
+
+from airflow_cdc_provider.core.chunks import TableId
+from airflow_cdc_provider.core.offsets import EventPosition
+from airflow_cdc_provider.core.records import ChangeRecord
+
+BEGIN = "begin"
+XA_START = "xa_start"
+COMMIT = "commit"
+ROLLBACK = "rollback"
+SAVEPOINT = "savepoint"
+ROLLBACK_TO = "rollback_to"
+PREPARED_ROLLBACK = "prepared_rollback"  # XA ROLLBACK of a transaction prepared in an earlier group
+OTHER = "other"  # RELEASE SAVEPOINT, XA END, an XA COMMIT of a prepared transaction: nothing to do
+
+# engines whose changes a rollback undoes (information_schema.TABLES.ENGINE); any other keeps them
+TRANSACTIONAL_ENGINES = frozenset({"innodb", "xtradb", "rocksdb", "tokudb"})
+
+_NAME = r"(`(?:[^`]|``)+`|\w+)"
+_MARKS = [
+    (re.compile(r"BEGIN(?!\s+NOT\s+ATOMIC)\b|START\s+TRANSACTION\b", re.I), BEGIN),
+    (re.compile(r"XA\s+(?:START|BEGIN)\b", re.I), XA_START),
+    (re.compile(rf"ROLLBACK(?:\s+WORK)?\s+TO\s+(?:SAVEPOINT\s+)?{_NAME}", re.I), ROLLBACK_TO),
+    (re.compile(r"ROLLBACK\b", re.I), ROLLBACK),
+    (re.compile(rf"SAVEPOINT\s+{_NAME}", re.I), SAVEPOINT),
+    (re.compile(r"COMMIT\b|XA\s+PREPARE\b|XA\s+COMMIT\b.*\bONE\s+PHASE\b", re.I | re.S), COMMIT),
+    (re.compile(r"XA\s+ROLLBACK\b", re.I), PREPARED_ROLLBACK),
+    (re.compile(r"RELEASE\s+SAVEPOINT\b|XA\b", re.I), OTHER),
+]
+
+
+@dataclass(frozen=True)
+class TransactionMark:
+    """A statement or event that opens, ends or rolls back (part of) a transaction; ``savepoint``: the name a
+    SAVEPOINT or ROLLBACK TO gives, as the server compares it (case-insensitively)."""
+
+    kind: str
+    savepoint: str | None = None
+    position: EventPosition | None = None
+
+
+COMMITTED = TransactionMark(COMMIT)  # an XID event, or MariaDB's XA_PREPARE event
+GROUP_STARTS = TransactionMark(BEGIN)  # a GTID event: MariaDB logs no BEGIN statement after it
+
+
+def transaction_mark(statement: str, position: EventPosition | None = None) -> TransactionMark | None:
+    """The mark a QUERY event's statement (at ``position``) is, or None for a statement that is not about the
+    transaction."""
+    text = statement.lstrip()
+    for pattern, kind in _MARKS:
+        m = pattern.match(text)
+        if m is not None:
+            name = m.group(1) if kind in (SAVEPOINT, ROLLBACK_TO) else None
+            if name is not None and name.startswith("`"):
+                name = name[1:-1].replace("``", "`")
+            return TransactionMark(kind, name.lower() if name is not None else None, position)
+    return None
+
+
+def committed(items: Iterable[object],
+              transactional: Callable[[Collection[TableId]], set[TableId]]) -> Iterator[object]:
+    """``items`` (records, schema changes and ``TransactionMark``s, in binlog order) less the rows a rollback
+    undid, without the marks; ``transactional(tables)``: which of ``tables`` a rollback undoes. A prepared XA
+    transaction's rollback is passed on as its mark. Records outside BEGIN ... COMMIT pass at once; a read that
+    ends inside a transaction (it cannot, as reads end at transaction boundaries) lets its records through."""
+    buffer: list[object] | None = None
+    savepoints: dict[str, int] = {}
+    xa = False  # the group is an XA transaction's (XA START)
+    for item in items:
+        if not isinstance(item, TransactionMark):
+            if buffer is None:
+                yield item
+            else:
+                buffer.append(item)
+            continue
+        if item.kind == BEGIN:  # a group's GTID event, then (MySQL) its BEGIN
+            if buffer:  # a group without a commit: a statement logged on its own
+                yield from buffer
+            buffer, savepoints, xa = [], {}, False
+        elif item.kind == XA_START:
+            buffer = [] if buffer is None else buffer
+            xa = True
+        elif item.kind == PREPARED_ROLLBACK and not xa:  # of a transaction prepared in an earlier group
+            if buffer:
+                yield from buffer
+            buffer = None
+            yield item
+        elif buffer is None:
+            continue
+        elif item.kind == COMMIT:
+            yield from buffer
+            buffer, xa = None, False
+        elif item.kind in (ROLLBACK, PREPARED_ROLLBACK):
+            yield from _kept(buffer, transactional)
+            buffer, xa = None, False
+        elif item.kind == SAVEPOINT:
+            savepoints[item.savepoint] = len(buffer)
+        elif item.kind == ROLLBACK_TO and item.savepoint in savepoints:
+            at = savepoints[item.savepoint]
+            buffer[at:] = _kept(buffer[at:], transactional)
+            # the savepoints set after it are gone; it stays
+            savepoints = {name: i for name, i in savepoints.items() if i <= at}
+    if buffer:
+        yield from buffer
+
+
+def _kept(records: list[object], transactional: Callable[[Collection[TableId]], set[TableId]]) -> list[object]:
+    """What a rollback leaves of ``records``: schema changes, and rows of tables it does not undo."""
+    tables = {r.table for r in records if isinstance(r, ChangeRecord)}
+    undone = transactional(tables) if tables else set()
+    return [r for r in records if not (isinstance(r, ChangeRecord) and r.table in undone)]
+
+
+def transactional_tables(connect: Callable[[], object]) -> Callable[[Collection[TableId]], set[TableId]]:
+    """``committed``'s ``transactional``: asks the source (a connection from ``connect``, opened only when a
+    rollback holds rows) for the tables' engines, once per table. A table the source no longer has counts as
+    transactional, as nearly every table is; its rows are gone from the sink with its drop anyway."""
+    known: dict[TableId, bool] = {}
+
+    def transactional(tables: Collection[TableId]) -> set[TableId]:
+        missing = [t for t in tables if t not in known]
+        if missing:
+            with contextlib.closing(connect()) as conn, conn.cursor() as cur:
+                for t in missing:
+                    cur.execute("SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND "
+                                "TABLE_NAME = %s", (t.database, t.table))
+                    row = cur.fetchone()
+                    engine = (row[0] or "") if row else ""
+                    known[t] = row is None or engine.lower() in TRANSACTIONAL_ENGINES
+        return {t for t in tables if known[t]}
+
+    return transactional
