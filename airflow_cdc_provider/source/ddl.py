@@ -90,6 +90,8 @@ _ROW_KEEPING_OPTIONS = (
     exp.AlgorithmProperty, exp.LockProperty, exp.CharacterSetProperty, exp.CollateProperty, exp.ForceProperty,
     exp.Order,
 )
+# engines that keep no rows: a table moved to one is emptied without row events
+_ROW_DISCARDING_ENGINES = frozenset({"BLACKHOLE"})
 # table options sqlglot does not parse, that leave the rows as they are
 _ROW_KEEPING_OPTION_WORDS = frozenset({("CHECKSUM",), ("TABLESPACE",), ("DATA", "DIRECTORY"), ("INDEX", "DIRECTORY")})
 # ALTER TABLE ... ADD <word>: an index or a constraint, which leaves the rows as they are (unless PRIMARY)
@@ -120,7 +122,7 @@ def schema_changes(statement: str, default_database: str | None,
 
 
 def dropped_database(statement: str) -> str | None:
-    """The database a DROP DATABASE (or DROP SCHEMA) statement drops, else None. The caller drops every captured
+    """The database a DROP DATABASE (or DROP SCHEMA, or CREATE OR REPLACE DATABASE) statement drops, else None. The caller drops every captured
     table of that database: which tables it held is known to the caller only, so ``schema_changes`` returns
     nothing for the statement."""
     if _NO_TABLE_CHANGE.match(statement):
@@ -129,9 +131,12 @@ def dropped_database(statement: str) -> str | None:
         reader = _Reader.of(_executed(statement), None)
     except SqlglotError:
         return None
-    if reader.word("DROP") is None or reader.word("DATABASE", "SCHEMA") is None:
-        return None
-    reader.words("IF", "EXISTS")
+    if reader.word("DROP") is not None:
+        if reader.word("DATABASE", "SCHEMA") is None:
+            return None
+        reader.words("IF", "EXISTS")
+    elif not (reader.words("CREATE", "OR", "REPLACE") and reader.word("DATABASE", "SCHEMA")):
+        return None  # CREATE OR REPLACE DATABASE drops the database first
     return reader.identifier()
 
 
@@ -147,8 +152,7 @@ def column_changes(statement: str, default_database: str | None) -> tuple[TableI
         if reader.word("ALTER") is None:
             return None
         reader.word("ONLINE", "OFFLINE")
-        reader.word("IGNORE")
-        if reader.word("TABLE") is None:
+        if reader.word("IGNORE") is not None or reader.word("TABLE") is None:
             return None
         reader.words("IF", "EXISTS")
         table = reader.table()
@@ -655,11 +659,13 @@ def _alter(reader: _Reader) -> list[_Change] | None:
     """ALTER [ONLINE] [IGNORE] TABLE [IF EXISTS] t [WAIT n] spec, spec, ...: sqlglot parses the specifications
     after the head (it rejects ONLINE, IGNORE and WAIT); when it cannot parse them together, each on its own."""
     reader.word("ONLINE", "OFFLINE")
-    reader.word("IGNORE")
+    ignore = reader.word("IGNORE")
     if reader.word("TABLE") is None:
         return [] if reader.object_kind() in _ROWLESS_KINDS else None
     reader.words("IF", "EXISTS")
     effect = _AlterEffect(reader.table())
+    if ignore is not None:  # a unique key it adds deletes duplicate rows, without row events
+        effect.changes.append("alter ignore")
     reader.lock_wait()
     tree = _parse(f"ALTER TABLE t {reader.rest()}")
     if isinstance(tree, exp.Alter):
@@ -696,6 +702,8 @@ def _keeps_rows(option: exp.Expression) -> bool:
     ROW_FORMAT=, ALGORITHM=, LOCK=, DEFAULT CHARSET=, COLLATE=, FORCE, ORDER BY and the plain ``NAME=value``
     options (KEY_BLOCK_SIZE=, STATS_PERSISTENT=, ...). Any other kind of option (one sqlglot may learn to parse,
     such as PARTITION BY) is not known to."""
+    if isinstance(option, exp.EngineProperty) and option.name.upper() in _ROW_DISCARDING_ENGINES:
+        return False
     return type(option) is exp.Property or isinstance(option, _ROW_KEEPING_OPTIONS)
 
 

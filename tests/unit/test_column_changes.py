@@ -107,7 +107,7 @@ def test_only_changes_that_leave_row_images_alone_are_no_column_changes():
 @pytest.mark.parametrize("statement, database, table", [
     ("ALTER TABLE t ADD c INT", "db", TableId("db", "t")),
     ("ALTER TABLE shop.`orders` ADD c INT", "db", TableId("shop", "orders")),
-    ("ALTER ONLINE IGNORE TABLE IF EXISTS shop.t WAIT 5 ADD c INT", None, TableId("shop", "t")),
+    ("ALTER ONLINE TABLE IF EXISTS shop.t WAIT 5 ADD c INT", None, TableId("shop", "t")),
     ("ALTER TABLE t NOWAIT ADD c INT", "db", TableId("db", "t")),
 ])
 def test_the_table_in_the_current_database_or_as_qualified(statement, database, table):
@@ -117,6 +117,8 @@ def test_the_table_in_the_current_database_or_as_qualified(statement, database, 
 @pytest.mark.parametrize("statement", [
     "ALTER TABLE t RENAME TO u",
     "ALTER TABLE t ADD c INT, RENAME TO u",
+    "ALTER IGNORE TABLE t ADD c INT",
+    "ALTER TABLE t ENGINE=BLACKHOLE",
     "ALTER TABLE t CONVERT TO CHARACTER SET utf8mb4",
     "ALTER TABLE t ADD PARTITION (PARTITION p1 VALUES LESS THAN (10))",
     "ALTER TABLE t TRUNCATE PARTITION p1",

@@ -206,13 +206,26 @@ def test_alter_that_leaves_row_images_unchanged_is_nothing(statement):
 
 
 @pytest.mark.parametrize("statement", [
-    "ALTER ONLINE TABLE t ADD COLUMN c int", "ALTER IGNORE TABLE t ADD COLUMN c int",
-    "ALTER ONLINE IGNORE TABLE `db`.`t` ADD COLUMN c int", "ALTER TABLE IF EXISTS t ADD COLUMN c int",
+    "ALTER ONLINE TABLE t ADD COLUMN c int", "ALTER TABLE IF EXISTS t ADD COLUMN c int",
     "ALTER TABLE t WAIT 10 ADD COLUMN c int", "ALTER TABLE t NOWAIT ADD COLUMN c int",
     "/*M!100301 ALTER TABLE t ADD COLUMN c int */",
 ])
 def test_alter_head_options(statement):
     assert changes(statement) == [("resync", "db.t", "add column c")]
+
+
+@pytest.mark.parametrize("statement", [
+    "ALTER IGNORE TABLE t ADD UNIQUE (c)", "ALTER ONLINE IGNORE TABLE `db`.`t` ADD PRIMARY KEY (c)",
+    "ALTER IGNORE TABLE t COMMENT='x'", "ALTER IGNORE TABLE t ADD COLUMN c int",
+])
+def test_alter_ignore_is_a_resync(statement):
+    """A unique key an ALTER IGNORE adds deletes the rows that duplicate it, without row events."""
+    assert kinds(statement) == RESYNC_T and "alter ignore" in changes(statement)[0][2]
+
+
+@pytest.mark.parametrize("statement", ["ALTER TABLE t ENGINE=BLACKHOLE", "ALTER TABLE t ENGINE 'blackhole'"])
+def test_a_table_moved_to_an_engine_without_rows_is_a_resync(statement):
+    assert kinds(statement) == RESYNC_T
 
 
 def test_alter_of_another_table_is_nothing():
@@ -355,6 +368,7 @@ def test_drop_index_primary_is_a_resync(statement):
 @pytest.mark.parametrize("statement, database", [
     ("DROP DATABASE db", "db"), ("DROP SCHEMA db", "db"), ("drop database if exists `db`", "db"),
     ("DROP DATABASE `my db` /* generated */", "my db"), ("/*!40000 DROP DATABASE IF EXISTS Db */", "Db"),
+    ("CREATE OR REPLACE DATABASE db", "db"), ("create or replace schema `db` CHARACTER SET utf8mb4", "db"),
 ])
 def test_drop_database_names_the_database_and_yields_no_table_change(statement, database):
     assert dropped_database(statement) == database
