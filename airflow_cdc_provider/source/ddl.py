@@ -122,9 +122,9 @@ def schema_changes(statement: str, default_database: str | None,
 
 
 def dropped_database(statement: str) -> str | None:
-    """The database a DROP DATABASE (or DROP SCHEMA, or CREATE OR REPLACE DATABASE) statement drops, else None. The caller drops every captured
-    table of that database: which tables it held is known to the caller only, so ``schema_changes`` returns
-    nothing for the statement."""
+    """The database a DROP DATABASE (or DROP SCHEMA, or CREATE OR REPLACE DATABASE) statement drops, else None.
+    The caller drops every captured table of that database: which tables it held is known to the caller only, so
+    ``schema_changes`` returns nothing for the statement."""
     if _NO_TABLE_CHANGE.match(statement):
         return None
     try:
