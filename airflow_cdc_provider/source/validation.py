@@ -12,6 +12,7 @@ Checks, each with a message that says what to change:
 * tables: exist, are not system-versioned, have a primary key or a configured chunk key, chunk key columns exist
   and are NOT NULL, and a UNIQUE index (or the primary key) covers the chunk key: every sink keys rows by it, so
   rows with equal keys would overwrite each other;
+* foreign keys: none with ON DELETE/UPDATE CASCADE or SET NULL, whose changes are not in the binlog;
 * per-table settings (``source.chunk_key``, ``stream.schema_changes_per_table``) name captured tables: a typo
   there would silently leave the table with the default;
 * columns: every one has a sink type (``sinks/types.py``: VECTOR, MySQL's binary JSON and unknown types have
@@ -162,6 +163,35 @@ def check_table_access(conn: Any, schema: TableSchema) -> list[str]:
             ]
         return [f"cannot read table {str(schema.table)!r}: {exc}"]
     return []
+
+
+# a foreign key in SHOW CREATE TABLE, whose actions the server takes inside the storage engine, without row events
+_FOREIGN_KEY_LINE = re.compile(r"^\s*CONSTRAINT `(?P<name>(?:[^`]|``)+)` FOREIGN KEY \(.*?\) REFERENCES "
+                               r"(?P<parent>`(?:[^`]|``)+`(?:\.`(?:[^`]|``)+`)?) \(.*?\)(?P<actions>[^\n]*)$", re.M)
+
+
+def check_foreign_key_actions(conn: Any, table: TableId) -> list[str]:
+    """A foreign key of the table with ON DELETE/UPDATE CASCADE or SET NULL changes the table's rows when its
+    parent's rows change, and InnoDB logs no row event for that: the sink would keep rows the source deleted or
+    changed. Refused, naming the constraint and the fix. Read from SHOW CREATE TABLE, which SELECT allows
+    (information_schema.REFERENTIAL_CONSTRAINTS shows a user with SELECT only nothing)."""
+    with conn.cursor() as cur:
+        cur.execute(f"SHOW CREATE TABLE {quote_table(table)}", ())
+        row = cur.fetchone()
+    problems = []
+    for m in _FOREIGN_KEY_LINE.finditer(row[1] if row else ""):
+        rules = [f"ON {what} {rule}" for what, rule in re.findall(r"ON (DELETE|UPDATE) (CASCADE|SET NULL|SET DEFAULT)",
+                                                                   m.group("actions"))]
+        if not rules:
+            continue
+        name = m.group("name").replace("``", "`")
+        problems.append(
+            f"table {str(table)!r}: foreign key {name} (to {m.group('parent')}) has {' and '.join(rules)}, whose "
+            "changes to its rows the server does not write to the binlog, so the sink would keep rows the source "
+            f"deleted or changed: make it RESTRICT (ALTER TABLE {display_table(table)} DROP FOREIGN KEY "
+            f"`{m.group('name')}`, ADD CONSTRAINT ... ON DELETE RESTRICT ON UPDATE RESTRICT) and change the rows in "
+            "the application, or leave the table out of source.tables")
+    return problems
 
 
 # Types whose order in the server is not the order of their canonical value, which chunk lookups compare: INET4,
@@ -337,7 +367,7 @@ def validate_source(
             problems.append(str(exc))
             continue
         table_problems = (check_table_access(conn, schema) + check_chunk_key(schema, unique_keys(conn, table))
-                          + check_columns(schema, info))
+                          + check_columns(schema, info) + check_foreign_key_actions(conn, table))
         problems += table_problems
         if not table_problems:
             schemas.append(schema)

@@ -328,3 +328,18 @@ def test_every_other_type_of_this_server_passes(source_db):
                       "gc GEOMETRYCOLLECTION)")
     result = validate(source_db.settings, [f"{source_db.name}.*"])
     assert sorted(s.table.table for s in result.schemas) == ["all_types", "charsets", "gen"]
+
+
+def test_foreign_keys_whose_actions_are_not_in_the_binlog_are_refused(source_db):
+    """A cascade deletes or changes the child's rows inside InnoDB, without row events: the sink would keep them."""
+    db = source_db
+    db.execute("CREATE TABLE parent (id INT PRIMARY KEY)")
+    db.execute("CREATE TABLE child (id INT PRIMARY KEY, p INT, CONSTRAINT fk_p FOREIGN KEY (p) REFERENCES parent (id) "
+               "ON DELETE CASCADE)")
+    db.execute("CREATE TABLE nulled (id INT PRIMARY KEY, p INT, CONSTRAINT fk_n FOREIGN KEY (p) REFERENCES parent (id) "
+               "ON UPDATE SET NULL)")
+    db.execute("CREATE TABLE kept (id INT PRIMARY KEY, p INT, CONSTRAINT fk_k FOREIGN KEY (p) REFERENCES parent (id))")
+    found = problems(db.settings, [db.table("child"), db.table("nulled"), db.table("kept"), db.table("parent")])
+    assert len(found) == 2, found
+    assert "fk_p (to `parent`) has ON DELETE CASCADE" in found[0] and db.table("child") in found[0]
+    assert "fk_n (to `parent`) has ON UPDATE SET NULL" in found[1] and "RESTRICT" in found[1]
