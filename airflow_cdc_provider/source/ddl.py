@@ -64,7 +64,7 @@ _NO_TABLE_CHANGE = re.compile(
 _EXECUTABLE_COMMENT = re.compile(r"/\*M?!(?:\d{5,6})?(.*?)\*/", re.DOTALL)
 _WORD = re.compile(r"[\w$]+")
 # a possibly qualified, possibly quoted name, for statements sqlglot's tokenizer rejects
-_QUOTED_OR_BARE = r"(?:`(?:[^`]|``)+`|[\w$]+)"
+_QUOTED_OR_BARE = r"(?:`(?:[^`]|``)+`|\"(?:[^\"]|\"\")+\"|[\w$]+)"  # "name": a name under ANSI_QUOTES
 _DOTTED_NAME = re.compile(rf"{_QUOTED_OR_BARE}(?:\s*\.\s*{_QUOTED_OR_BARE})*")
 
 # objects whose statements change no rows of any table (DROP DATABASE: see ``dropped_database``)
@@ -137,7 +137,9 @@ def dropped_database(statement: str) -> str | None:
         reader.words("IF", "EXISTS")
     elif not (reader.words("CREATE", "OR", "REPLACE") and reader.word("DATABASE", "SCHEMA")):
         return None  # CREATE OR REPLACE DATABASE drops the database first
-    return reader.identifier()
+    if not reader.at_end() and reader.may_name(reader.tokens[reader.i]):  # "db": a name under ANSI_QUOTES
+        return reader.tokens[reader.i].text
+    return None
 
 
 def column_changes(statement: str, default_database: str | None) -> tuple[TableId, list[ColumnChange]] | None:
@@ -436,16 +438,22 @@ class _Reader:
         current database. Columns or other objects named like a table only make it say too much."""
         j = 0
         while j < len(self.tokens):
-            if not _is_name(self.tokens[j]):
+            if not self.may_name(self.tokens[j]):
                 j += 1
                 continue
             parts = [self.tokens[j].text]
             j += 1
             while (j + 1 < len(self.tokens) and self.tokens[j].token_type is TokenType.DOT
-                   and _is_name(self.tokens[j + 1])):
+                   and self.may_name(self.tokens[j + 1])):
                 parts.append(self.tokens[j + 1].text)
                 j += 2
             yield from _tables_of_name(parts, self.default_database)
+
+    def may_name(self, token: Token) -> bool:
+        """A name, or a string in double quotes: a name under the sql_mode ANSI_QUOTES (or ORACLE), which the
+        statement's session may have had."""
+        quoted = self.sql[token.start:token.start + 1] == '"'
+        return _is_name(token) or (token.token_type is TokenType.STRING and quoted)
 
 
 def _tables_of_name(parts: list[str], default_database: str | None) -> Iterator[TableId]:
@@ -462,7 +470,7 @@ def _names_in_text(sql: str, default_database: str | None) -> Iterator[TableId]:
     """The tables a statement sqlglot cannot even tokenize may name, read from its text."""
     for match in _DOTTED_NAME.finditer(sql):
         parts = [p.strip() for p in re.findall(_QUOTED_OR_BARE, match.group())]
-        names = [p[1:-1].replace("``", "`") if p.startswith("`") else p for p in parts]
+        names = [p[1:-1].replace(p[0] * 2, p[0]) if p[0] in '`"' else p for p in parts]
         yield from _tables_of_name(names, default_database)
 
 
