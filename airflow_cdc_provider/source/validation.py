@@ -195,8 +195,9 @@ def check_foreign_key_actions(conn: Any, table: TableId) -> list[str]:
 
 
 # Types whose order in the server is not the order of their canonical value, which chunk lookups compare: INET4,
-# INET6 and UUID order by their binary form (UUID with swapped segments), SET by its bit mask.
-UNORDERED_KEY_TYPES = {"inet4", "inet6", "uuid", "set"}
+# INET6 and UUID order by their binary form (UUID with swapped segments), SET by its bit mask, ENUM by its member's
+# index (while a comparison with a string compares the text).
+UNORDERED_KEY_TYPES = {"inet4", "inet6", "uuid", "set", "enum"}
 
 
 @dataclass(frozen=True)
@@ -241,7 +242,7 @@ def check_chunk_key(schema: TableSchema, keys: Sequence[UniqueKey] | None = None
         if col.data_type in UNORDERED_KEY_TYPES:
             problems.append(
                 f"chunk key column {col.name!r} of table {table!r} has type {col.column_type}, which the server orders "
-                "otherwise than its value's text (by its binary form or bit mask), while chunks are looked up by "
+                "otherwise than its value's text (by its binary form, bit mask or member index), while chunks are looked up by "
                 "that text: set source.chunk_key to a unique NOT NULL key of other types for this table, or leave "
                 "the table out of source.tables"
             )

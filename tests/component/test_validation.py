@@ -235,12 +235,17 @@ def test_chunk_key_types_the_server_orders_otherwise_are_refused(source_db):
     found = problems(source_db.settings, [name])
     assert found == [
         f"chunk key column 'u' of table '{name}' has type uuid, which the server orders otherwise than its value's "
-        "text (by its binary form or bit mask), while chunks are looked up by that text: set source.chunk_key to a "
+        "text (by its binary form, bit mask or member index), while chunks are looked up by that text: set "
+        "source.chunk_key to a "
         "unique NOT NULL key of other types for this table, or leave the table out of source.tables"
     ]
     assert problems(source_db.settings, [name], {name: "ip"})[0].startswith(
         f"chunk key column 'ip' of table '{name}' has type inet6, which the server orders otherwise")
     assert validate(source_db.settings, [name], {name: "n"}).schemas[0].key_columns == ("n",)
+    # an ENUM sorts by its member's index, but compares with a string as text: ('web', 'app') orders web first
+    source_db.execute("CREATE TABLE visits (kind ENUM('web', 'app') NOT NULL, id INT NOT NULL, PRIMARY KEY (kind, id))")
+    visits = source_db.table("visits")
+    assert "has type enum('web','app'), which the server orders otherwise" in problems(source_db.settings, [visits])[0]
 
 
 # -- every column type: refused here, never inside a Spark task ------------------------------------------------
