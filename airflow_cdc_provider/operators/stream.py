@@ -20,6 +20,7 @@ from airflow_cdc_provider.operators.links import SPARK_UI_XCOM_KEY, SparkUILink
 from airflow_cdc_provider.operators.metrics import emit, source_bytes_behind, stream_progress
 from airflow_cdc_provider.operators.spark_submit import CdcSparkSubmitOperator
 from airflow_cdc_provider.pipeline.metrics import StreamMeter
+from airflow_cdc_provider.pipeline.collect import streamed_tables
 from airflow_cdc_provider.pipeline.plan import STREAM_SERVER_ID_SLOT
 from airflow_cdc_provider.pipeline.resolve import load_pipeline
 from airflow_cdc_provider.pipeline.stream_watch import ProgressLog, StreamHealth, current_status, judge, lease_alive
@@ -90,8 +91,7 @@ class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
                               "it is finished", sorted(under_way), runs)
                 return {"skipped": "snapshot under way", "runs": runs}
             raise AirflowFailException("no finished snapshot and no stream seed: run the snapshot tasks first")
-        # the snapshotted tables, or (a stream without snapshot) the tables the YAML's names and patterns match
-        tables = sorted(seed.tables) if seed and seed.tables else p.captured_tables()
+        tables = streamed_tables(seed, p.stream.startup, p.captured_tables)
         # the job writes this id into its status: a status is this launch's only if the ids match (a killed
         # predecessor's last heartbeat must never pass for the new job's, whatever the clocks say)
         self._launch_id = uuid.uuid4().hex

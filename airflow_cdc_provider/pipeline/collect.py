@@ -14,7 +14,7 @@ minimum high watermark (which would make the stream skip changes). Then:
 from __future__ import annotations
 
 import logging
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from airflow_cdc_provider.core.emit_filter import table_split_info
 from airflow_cdc_provider.core.reports import ChunkReport
@@ -58,6 +58,16 @@ def build_seed(finished: Mapping[str, FinishedSnapshot], previous: StreamSeed | 
     if previous is not None and previous.start < seed.start:
         seed = StreamSeed(previous.start, seed.tables)
     return seed
+
+
+def streamed_tables(seed: StreamSeed | None, startup: str, captured: Callable[[], list[str]]) -> list[str]:
+    """The tables a stream launch reads. Under ``stream.startup: initial``, the snapshotted ones (the seed's).
+    Under another startup mode, every table ``source.tables`` captures now (``captured``) as well: the seed then
+    holds only the tables snapshotted since (a re-snapshot of one), and the others are streamed from where the
+    mode started them."""
+    if startup != "initial":
+        return sorted(set(seed.tables if seed is not None else ()) | set(captured()))
+    return sorted(seed.tables) if seed is not None and seed.tables else captured()
 
 
 def collect_watermarks(store: StateStore, sink: Sink, plan: Mapping[str, TablePlan],

@@ -1,0 +1,35 @@
+"""Which tables a stream launch reads: the snapshotted ones, and under a startup mode other than ``initial``
+every captured table, also after one of them was re-snapshotted."""
+
+from __future__ import annotations
+
+from airflow_cdc_provider.core.chunks import Chunk, TableId
+from airflow_cdc_provider.core.offsets import BinlogOffset
+from airflow_cdc_provider.core.reports import ChunkReport
+from airflow_cdc_provider.pipeline.collect import build_seed, streamed_tables
+from airflow_cdc_provider.state.records import FinishedSnapshot, StreamSeed
+
+CAPTURED = ["db.t", "db.u", "db.v"]
+
+
+def at(pos: int) -> BinlogOffset:
+    return BinlogOffset("mysql-bin.000002", pos)
+
+
+def snapshot(table: str) -> FinishedSnapshot:
+    return FinishedSnapshot(table, 1, (
+        ChunkReport(Chunk(TableId.parse(table), 0, ("id",), None, None, 1), at(100), at(200), 10, 0, 0.1),))
+
+
+def test_a_stream_without_snapshot_keeps_every_table_after_one_is_re_snapshotted():
+    started = StreamSeed(at(50), {})  # what the plan step records for stream.startup other than initial
+    assert streamed_tables(started, "latest", lambda: CAPTURED) == CAPTURED
+    reseeded = build_seed({"db.t": snapshot("db.t")}, started)
+    assert list(reseeded.tables) == ["db.t"] and reseeded.start == at(50)
+    assert streamed_tables(reseeded, "latest", lambda: CAPTURED) == CAPTURED
+    assert streamed_tables(reseeded, "earliest", lambda: ["db.u"]) == ["db.t", "db.u"]
+
+
+def test_an_initial_stream_reads_the_snapshotted_tables_only():
+    seed = build_seed({"db.t": snapshot("db.t"), "db.u": snapshot("db.u")})
+    assert streamed_tables(seed, "initial", lambda: CAPTURED) == ["db.t", "db.u"]
