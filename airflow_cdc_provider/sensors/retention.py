@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 from airflow.sdk.bases.sensor import BaseSensorOperator
 
-from airflow_cdc_provider.core.offsets import BinlogOffset
+from airflow_cdc_provider.core.offsets import BinlogOffset, split_binlog_file
 from airflow_cdc_provider.hooks.mysql_cdc import MySqlCdcHook
 from airflow_cdc_provider.pipeline.resolve import load_pipeline
 
@@ -21,9 +21,18 @@ def resume_offset(state) -> BinlogOffset | None:
     return seed.start if seed else None
 
 
+def went_back(resume: BinlogOffset, now: BinlogOffset) -> bool:
+    """Whether the server's binlog is behind ``resume`` (or has another base name): positions only grow on a
+    server, so it is not the binlog ``resume`` was read from."""
+    if split_binlog_file(resume.file)[0] != split_binlog_file(now.file)[0]:
+        return True
+    return now.sort_key[:2] < resume.sort_key[:2]
+
+
 class BinlogRetentionSensor(BaseSensorOperator):
     """Succeeds when the binlog file holding the stream's resume position still exists; fails with what to
-    change (binlog retention, or a re-snapshot) when the server has purged it."""
+    change (binlog retention, or a re-snapshot) when the server has purged it, and with how to start over when
+    the server's binlog is behind it (reset, restored, another server)."""
 
     template_fields: Sequence[str] = ("config",)
 
@@ -42,6 +51,15 @@ class BinlogRetentionSensor(BaseSensorOperator):
             return True
         hook = MySqlCdcHook(p.config.source.conn_id, settings=p.source)
         files = hook.binlog_files()
+        now = hook.current_offset()
+        if went_back(start, now):
+            raise AirflowFailException(
+                f"the stream must resume at {start}, but the source's binlog is at {now}, before it: the server's "
+                "binlog was reset (RESET MASTER), restored from a backup, or the connection now reaches another "
+                "server. The positions this pipeline's state and sink hold are not comparable with the server's "
+                "any more, so neither the stream nor a re-snapshot can go on correctly (a re-snapshot's rows would "
+                "lose to the sink's newer-looking versions). Start the pipeline over: delete its state "
+                f"({p.state.location()}) and its sink's tables, then run the DAG (a full snapshot).")
         if start.file in files:
             return True
         seed = p.state.read_seed()
