@@ -4,9 +4,11 @@
 older epoch runs; the query takes the new epoch up only when it starts again (a reload, a restart, the next
 run). If the older epoch's query wrote the table's changes past the new epoch's first low watermark, it may
 have written a row whose delete lies inside a later window's binlog range: that window holds no row of the key,
-and the new epoch's emit filter would drop the delete, leaving the row in the sink. Such an epoch is taken up
+and the new epoch's emit filter would drop the delete, leaving the row in the sink. A query that resumes before
+the first low watermark may have done the same: lagging behind the re-snapshot, it writes after the epoch's sweep
+a key it inserted before the epoch began and deleted before the resume's next batch. Such an epoch is taken up
 emitting every change of the table after the position the query resumes at (``OverlappedEpoch``), in this
-query and in every later one of the epoch.
+query and in every later one of the epoch; the sinks' versions make the changes the snapshot holds no-ops.
 """
 
 from __future__ import annotations
@@ -40,10 +42,12 @@ def query_seed(seed: StreamSeed | None, finished: Mapping[str, FinishedSnapshot]
 
 def _overlapped(epoch: int, snapshot: FinishedSnapshot | None, previous: int | None,
                 resume: BinlogOffset | None) -> OverlappedEpoch | None:
-    """The record of an overlapped epoch when a query of an older epoch (``previous``) committed past the epoch's
-    first low watermark and before its last high watermark; None when the epoch's own emit filter is exact."""
+    """The record of an overlapped epoch when a query of an older epoch (``previous``) committed before the
+    epoch's last high watermark; None when the epoch's own emit filter is exact. Also before its first low
+    watermark: that query may have written after the epoch finished (a stream lagging behind a re-snapshot), a
+    change the epoch's sweep no longer saw (a key it inserted then), whose delete the epoch's filter would drop."""
     if resume is None or previous is None or previous >= epoch or snapshot is None or snapshot.epoch != epoch:
         return None
-    if snapshot.min_low_watermark < resume < snapshot.max_high_watermark:
+    if resume < snapshot.max_high_watermark:
         return OverlappedEpoch(epoch, resume)
     return None

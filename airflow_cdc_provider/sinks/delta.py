@@ -657,7 +657,8 @@ class DeltaSink(FileSink):
         first = tuple(min_low_watermark)
         stale = (f"({older_than(None, first)} OR ({same_version(None, first)} AND ({ident(CHUNK)} IS NULL OR "
                  f"{ident(CHUNK)} NOT LIKE {literal(f'{epoch}:%')})))")
-        self._tombstone(table, stale, "d", None, f"snapshot epoch {epoch} finished")
+        # gone as of that low watermark: an older change a lagging stream writes later cannot bring them back
+        self._tombstone(table, stale, "d", first, f"snapshot epoch {epoch} finished")
         for change in emptied_after:
             self.apply_schema_change(change, None)
 

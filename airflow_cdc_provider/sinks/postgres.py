@@ -390,10 +390,11 @@ class PostgresMirror:
         return cur.rowcount
 
     def sweep_chunk(self, table: str, chunk_tag: str, low_watermark: tuple) -> int:
-        """Tombstone rows an earlier attempt of this chunk wrote that this attempt did not rewrite."""
+        """Tombstone rows an earlier attempt of this chunk wrote that this attempt did not rewrite, as gone at
+        this attempt's low watermark: an older change written later (a lagging stream) cannot bring them back."""
         with self.cursor() as cur:
             return self._tombstone(cur, table, '"_cdc_chunk" = %s AND "_cdc_op" = \'r\' AND ({v}) < (%s, %s, %s)',
-                                   (chunk_tag, *low_watermark))
+                                   (chunk_tag, *low_watermark), version=tuple(low_watermark))
 
     def live_rows_by_chunk(self, table: str, chunk_tags: Sequence[str]) -> dict[str, int]:
         """Live rows per snapshot chunk tag (rows a running stream changed since are among them)."""
@@ -415,14 +416,17 @@ class PostgresMirror:
     def sweep_stale(self, table: str, min_low_watermark: tuple, epoch: int | None = None) -> int:
         """After a complete (re-)snapshot of ``epoch``: rows last written before it started are gone from the
         source. A row of the snapshot's first low watermark exactly is one of them unless a chunk of ``epoch``
-        wrote it (the old epoch read it at that very position, and no chunk of this one read it again)."""
+        wrote it (the old epoch read it at that very position, and no chunk of this one read it again). They are
+        gone as of that low watermark: a change older than it that a stream of the older epoch writes later
+        (lagging behind the re-snapshot) cannot bring them back."""
         with self.cursor() as cur:
             cur.execute("SELECT to_regclass(%s)", (self.qualified(table),))
             if cur.fetchone()[0] is None:
                 return 0
             return self._tombstone(cur, table, '(({v}) < (%s, %s, %s) OR (({v}) = (%s, %s, %s) AND '
                                    '("_cdc_chunk" IS NULL OR "_cdc_chunk" NOT LIKE %s)))',
-                                   (*min_low_watermark, *min_low_watermark, f"{epoch}:%"))
+                                   (*min_low_watermark, *min_low_watermark, f"{epoch}:%"),
+                                   version=tuple(min_low_watermark))
 
 
 def pg_columns(types: TableSinkTypes) -> list[tuple[str, str]]:
