@@ -21,6 +21,7 @@ import struct
 from dataclasses import replace
 from typing import Any, Iterator
 
+from pymysql.charset import charset_by_id
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.constants import BINLOG
 
@@ -30,6 +31,7 @@ from airflow_cdc_provider.core.offsets import EventPosition, split_binlog_file
 from airflow_cdc_provider.core.records import ChangeRecord
 from airflow_cdc_provider.core.schema_changes import SchemaChange
 from airflow_cdc_provider.source.transactions import COMMITTED, GROUP_STARTS, TransactionMark, transaction_mark
+from airflow_cdc_provider.source.values import string_codec
 
 _HEADER = struct.Struct("<IBIIIH")  # after the OK byte: timestamp, type, server id, size, next position, flags
 _BODY = 20  # OK byte + 19-byte event header
@@ -63,12 +65,43 @@ def _statement(data: bytes, checksum: int) -> tuple[str | None, str] | Transacti
     at = _BODY + 8
     db_len = data[at]
     status_len = int.from_bytes(data[at + 3:at + 5], "little")
+    status = data[at + 5:at + 5 + status_len]
     at += 5 + status_len
     database = data[at:at + db_len].decode("utf-8", "replace") or None
     query = data[at + db_len + 1:len(data) - checksum]
     if query.startswith(_TRANSACTION_STATEMENTS):
         return transaction_mark(query.decode("utf-8", "replace"))
-    return database, query.decode("utf-8", "replace")
+    return database, query.decode(_client_codec(status), "replace")
+
+
+# lengths of the QUERY event's status variables, by code (the server writes Q_CATALOG_NZ_CODE, 6, before
+# Q_CHARSET_CODE, 4); those of variable length start with their length byte, and Q_CATALOG_CODE ends in a NUL
+_STATUS_FIXED = {0: 4, 1: 8, 3: 4, 7: 2, 8: 2, 9: 8, 10: 4, 13: 3, 128: 3, 129: 8}
+_STATUS_COUNTED = {2: 1, 5: 0, 6: 0}
+_Q_CHARSET_CODE = 4
+
+
+def _client_codec(status: bytes) -> str:
+    """The codec of the session's character_set_client, in which the server logged the statement's text (the
+    status variable ``Q_CHARSET_CODE``); utf-8 when it is not there or not known."""
+    i = 0
+    while i < len(status):
+        code = status[i]
+        if code == _Q_CHARSET_CODE:
+            if i + 3 > len(status):
+                break
+            try:
+                codec = string_codec(charset_by_id(int.from_bytes(status[i + 1:i + 3], "little")).name)
+            except KeyError:  # a collation pymysql does not know
+                break
+            return codec if isinstance(codec, str) else "utf-8"  # binary, or a character set we do not read
+        if code in _STATUS_FIXED:
+            i += 1 + _STATUS_FIXED[code]
+        elif code in _STATUS_COUNTED:
+            i += 2 + status[i + 1] + _STATUS_COUNTED[code] if i + 1 < len(status) else len(status)
+        else:  # a variable whose length is not known here
+            break
+    return "utf-8"
 
 
 def _length_coded(data: bytes, pos: int) -> tuple[int, int]:

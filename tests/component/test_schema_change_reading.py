@@ -5,6 +5,8 @@ known one, what a snapshot covers is skipped unread, and a chunk window folds a 
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from airflow_cdc_provider.core.chunks import SplitOptions, TableId
@@ -167,3 +169,19 @@ def test_an_alter_between_the_jobs_look_at_the_table_and_the_low_watermark_fails
     db.execute("ALTER TABLE t ADD COLUMN c INT NOT NULL DEFAULT 1")  # before LW: no trace in the window
     with pytest.raises(SchemaChangeInWindow, match=r"no longer the one the chunk was read with"):
         read_chunk(db.settings, schema, chunks[0], server_id=server_id)
+
+
+def test_a_statement_is_read_in_the_character_set_of_the_session_that_ran_it(source_db, server_id):
+    """The server logs a statement's text as the client sent it: a latin1 session's TRUNCATE of `café` names the
+    table in latin1 bytes, and the packet reader must read them so (the library path decodes UTF-8 only)."""
+    db = source_db
+    db.execute("CREATE TABLE `café` (id INT PRIMARY KEY, v VARCHAR(10))")
+    db.execute("INSERT INTO `café` VALUES (1, 'a'), (2, 'b')")
+    known = schema_of(db, "café")
+    start = offset(db)
+    with contextlib.closing(db.server.app_connection(db.name)) as conn, conn.cursor() as cur:
+        conn.set_character_set("latin1")  # SET NAMES latin1, and pymysql encodes the statement so
+        cur.execute("TRUNCATE TABLE `café`")
+    db.execute("INSERT INTO `café` VALUES (9, 'new')")
+    got = read(db, start, offset(db), [known], server_id)
+    assert [r.kind if isinstance(r, SchemaChange) else (r.op, r.key) for r in got] == ["truncate", ("c", (9,))]
