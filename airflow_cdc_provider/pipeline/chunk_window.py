@@ -31,7 +31,7 @@ from airflow_cdc_provider.core.offsets import BinlogOffset, EventPosition
 from airflow_cdc_provider.core.records import key_of
 from airflow_cdc_provider.core.reports import ChunkReport
 from airflow_cdc_provider.core.window import LastChanges, after_last_truncate, fold_rows, window_changes
-from airflow_cdc_provider.source.binlog import read_changes_between
+from airflow_cdc_provider.source.binlog import TableChangeReader, read_changes_between
 from airflow_cdc_provider.source.chunk_queries import select_chunk_sql
 from airflow_cdc_provider.source.connection import connect
 from airflow_cdc_provider.source.key_order import DatabaseKeyOrder
@@ -84,7 +84,8 @@ def read_window(conn: Any, info: ServerInfo, settings: ConnectionSettings, serve
     changes = WindowChanges(low, high)
     if high > low:
         records, changes.truncate = after_last_truncate(
-            read_changes_between(settings, server_id, low, high, {schema.table: schema}))
+            read_changes_between(settings, server_id, low, high, {schema.table: schema},
+                                 TableChangeReader({schema.table: schema}, window=True)))
         if order.needs_database:
             order.prefetch([r.key for r in records] + [k for c in chunks for k in (c.start, c.end) if k is not None])
         changes.last, changes.applied = window_changes(records, chunk_locator(chunks, order))

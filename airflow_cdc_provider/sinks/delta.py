@@ -913,9 +913,12 @@ class StagedDeltaWindow(FoldedWindow):
             sweep = (f"NOT t.{ident(DELETED)} AND t._cdc_op = 'r' AND t.{ident(CHUNK)} IN ({tags}) AND "
                      f"{older_than('t', tuple(self.low_watermark))}")
 
+            # gone as of the retry's low watermark: an older change written later cannot bring them back
+            gone = {ident(c): str(int(v)) for c, v in zip(VERSION_COLUMNS, self.low_watermark)}
+
             def extra(merger):
                 return merger.when_not_matched_by_source_update(
-                    updates={ident(DELETED): "true", ident("_cdc_op"): "'d'"}, predicate=sweep)
+                    updates={ident(DELETED): "true", ident("_cdc_op"): "'d'", **gone}, predicate=sweep)
 
         add = partial(snapshot_rows, epoch=self.epoch, version=tuple(version))
         self.sink._merge(self.table, list(self.types.schema.key_columns),

@@ -48,7 +48,8 @@ from airflow_cdc_provider.source.settings import ConnectionSettings
 from airflow_cdc_provider.source.table_definition import definition_difference
 from airflow_cdc_provider.source.table_versions import TableVersion, origins
 from airflow_cdc_provider.source.transactions import (
-    COMMITTED, GROUP_STARTS, TransactionMark, committed, transaction_mark, transactional_tables,
+    COMMITTED, GROUP_STARTS, PREPARED_GROUP, UNSURE, TransactionMark, committed, transaction_mark,
+    transactional_tables,
 )
 from airflow_cdc_provider.source.values import RowCanonicalizer
 
@@ -80,13 +81,15 @@ class TableChangeReader:
     (``source.table_versions``), which replace ``schemas``: a table starts with the version in force where the
     read starts; an ALTER the evolutions know switches its table to the next version at the ALTER's position (an
     ``evolve`` change), one they do not know is recorded (``recorded``), and rows decoded with an older version
-    than the sink's newest are carried up to it (``origins``)."""
+    than the sink's newest are carried up to it (``origins``). ``window``: this is a chunk window's read
+    (``unknown_rollback``)."""
 
     def __init__(self, schemas: Mapping[TableId, TableSchema], compiled: bool = True,
                  covered_through: Mapping[TableId, tuple[int, int, int]] | None = None,
                  held: Iterable[TableId] = (), evolutions: "Evolutions | None" = None,
-                 confirmed: Iterable[TableId] | None = None, rows: bool = True) -> None:
+                 confirmed: Iterable[TableId] | None = None, rows: bool = True, window: bool = False) -> None:
         self.schemas = dict(schemas)
+        self.window = window  # a chunk window's read (``unknown_rollback``)
         self.evolutions = evolutions
         # tables whose version in force is known to be right: all where the read starts at a batch's start (every
         # version before it is recorded); elsewhere, once a TABLE_MAP matched it or the read switched it itself
@@ -196,13 +199,21 @@ class TableChangeReader:
         return SchemaChange(RESYNC, table, change.statement, f"{change.detail}; not applied in place: {recorded}",
                             change.position)
 
-    def prepared_rollback(self, mark: TransactionMark) -> list[SchemaChange]:
-        """An XA ROLLBACK of a transaction prepared before: its group, read earlier, does not say which tables its
-        rows were of, and they may have been taken. Every captured table not covered or held is re-snapshotted."""
+    def unknown_rollback(self, mark: TransactionMark) -> list[SchemaChange]:
+        """A rollback whose undone rows are not known: a ROLLBACK or SAVEPOINT statement not read (its mark names
+        the tables whose rows it may have undone), or the XA ROLLBACK of a transaction prepared before, whose rows
+        were taken at its prepare. That group does not say which tables its rows were of: the tables of the XA
+        transactions this read saw prepared, and, unless this is a chunk window's read, every captured table (the
+        prepare may be in an earlier read; a window's SELECT does not see the rows of a transaction prepared
+        before it). Each of those tables not covered or held is re-snapshotted."""
         at = mark.position
-        changes = [SchemaChange(RESYNC, t, "XA ROLLBACK", "a prepared XA transaction rolled back after its rows were "
-                                "read", at) for t in self.schemas
-                   if t not in self.held and not self.covered(t, at.file, at.pos)]
+        if mark.kind == UNSURE:
+            tables, detail = mark.tables, "a rollback that is not read"
+        else:
+            tables = mark.tables if self.window else self.schemas
+            detail = "a prepared XA transaction rolled back after its rows were read"
+        changes = [SchemaChange(RESYNC, t, "ROLLBACK", detail, at) for t in self.schemas
+                   if t in tables and t not in self.held and not self.covered(t, at.file, at.pos)]
         self.held |= {c.table for c in changes}
         return changes
 
@@ -444,8 +455,8 @@ def read_changes_between(
     reader = reader or TableChangeReader(schemas)
     for item in committed(_events_read(settings, server_id, start, stop, schemas, reader),
                           transactional_tables(partial(connect, settings))):
-        if isinstance(item, TransactionMark):  # a prepared XA transaction rolled back
-            yield from reader.prepared_rollback(item)
+        if isinstance(item, TransactionMark):  # a prepared XA transaction rolled back, or a rollback not read
+            yield from reader.unknown_rollback(item)
         else:
             yield item
 
@@ -468,7 +479,7 @@ def _events_read(settings: ConnectionSettings, server_id: int, start: BinlogOffs
             if here >= stop_key:
                 break
             if isinstance(event, (XidEvent, XAPrepareEvent)):
-                yield COMMITTED
+                yield COMMITTED if isinstance(event, XidEvent) else PREPARED_GROUP
                 continue
             if isinstance(event, (MariadbGtidEvent, GtidEvent)):
                 yield GROUP_STARTS

@@ -30,7 +30,9 @@ from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.offsets import EventPosition, split_binlog_file
 from airflow_cdc_provider.core.records import ChangeRecord
 from airflow_cdc_provider.core.schema_changes import SchemaChange
-from airflow_cdc_provider.source.transactions import COMMITTED, GROUP_STARTS, TransactionMark, transaction_mark
+from airflow_cdc_provider.source.transactions import (
+    COMMITTED, GROUP_STARTS, PREPARED_GROUP, TransactionMark, transaction_mark,
+)
 from airflow_cdc_provider.source.values import string_codec
 
 _HEADER = struct.Struct("<IBIIIH")  # after the OK byte: timestamp, type, server id, size, next position, flags
@@ -185,8 +187,11 @@ class PacketReader:
                 elif statement is not None:
                     yield from self.reader.statement_changes(statement[1], statement[0], self.file, next_pos - size)
                 continue
-            if kind in (BINLOG.XID_EVENT, BINLOG.XA_PREPARE_EVENT):
+            if kind == BINLOG.XID_EVENT:
                 yield COMMITTED
+                continue
+            if kind == BINLOG.XA_PREPARE_EVENT:
+                yield PREPARED_GROUP
                 continue
             if kind in (BINLOG.MARIADB_GTID_EVENT, BINLOG.GTID_LOG_EVENT):
                 yield GROUP_STARTS

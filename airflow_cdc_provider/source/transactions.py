@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Collection, Iterable, Iterator
 
 from airflow_cdc_provider.core.chunks import TableId
@@ -28,23 +28,29 @@ from airflow_cdc_provider.core.records import ChangeRecord
 BEGIN = "begin"
 XA_START = "xa_start"
 COMMIT = "commit"
+PREPARED = "prepared"  # XA PREPARE: the group of an XA transaction ends, its outcome logged later
 ROLLBACK = "rollback"
 SAVEPOINT = "savepoint"
 ROLLBACK_TO = "rollback_to"
 PREPARED_ROLLBACK = "prepared_rollback"  # XA ROLLBACK of a transaction prepared in an earlier group
+UNSURE = "unsure"  # a ROLLBACK or SAVEPOINT not read: what it undid is not known
 OTHER = "other"  # RELEASE SAVEPOINT, XA END, an XA COMMIT of a prepared transaction: nothing to do
 
 # engines whose changes a rollback undoes (information_schema.TABLES.ENGINE); any other keeps them
 TRANSACTIONAL_ENGINES = frozenset({"innodb", "xtradb", "rocksdb", "tokudb"})
 
-_NAME = r"(`(?:[^`]|``)+`|\w+)"
+# a savepoint's name as the server writes it: in backticks, in double quotes (sql_mode ANSI_QUOTES), or bare
+_NAME = r'(`(?:[^`]|``)+`|"(?:[^"]|"")+"|[\w$]+)\s*$'
 _MARKS = [
     (re.compile(r"BEGIN(?!\s+NOT\s+ATOMIC)\b|START\s+TRANSACTION\b", re.I), BEGIN),
     (re.compile(r"XA\s+(?:START|BEGIN)\b", re.I), XA_START),
     (re.compile(rf"ROLLBACK(?:\s+WORK)?\s+TO\s+(?:SAVEPOINT\s+)?{_NAME}", re.I), ROLLBACK_TO),
-    (re.compile(r"ROLLBACK\b", re.I), ROLLBACK),
+    (re.compile(r"ROLLBACK(?:\s+WORK)?\s*$", re.I), ROLLBACK),
+    (re.compile(r"ROLLBACK\b", re.I), UNSURE),
     (re.compile(rf"SAVEPOINT\s+{_NAME}", re.I), SAVEPOINT),
-    (re.compile(r"COMMIT\b|XA\s+PREPARE\b|XA\s+COMMIT\b.*\bONE\s+PHASE\b", re.I | re.S), COMMIT),
+    (re.compile(r"SAVEPOINT\b", re.I), UNSURE),
+    (re.compile(r"COMMIT\b|XA\s+COMMIT\b.*\bONE\s+PHASE\b", re.I | re.S), COMMIT),
+    (re.compile(r"XA\s+PREPARE\b", re.I), PREPARED),
     (re.compile(r"XA\s+ROLLBACK\b", re.I), PREPARED_ROLLBACK),
     (re.compile(r"RELEASE\s+SAVEPOINT\b|XA\b", re.I), OTHER),
 ]
@@ -58,9 +64,11 @@ class TransactionMark:
     kind: str
     savepoint: str | None = None
     position: EventPosition | None = None
+    tables: frozenset[TableId] = frozenset()  # an UNSURE mark passed on: the tables whose rows it may have undone
 
 
-COMMITTED = TransactionMark(COMMIT)  # an XID event, or MariaDB's XA_PREPARE event
+COMMITTED = TransactionMark(COMMIT)  # an XID event
+PREPARED_GROUP = TransactionMark(PREPARED)  # the XA_PREPARE event: an XA transaction's rows, taken here
 GROUP_STARTS = TransactionMark(BEGIN)  # a GTID event: MariaDB logs no BEGIN statement after it
 
 
@@ -72,8 +80,8 @@ def transaction_mark(statement: str, position: EventPosition | None = None) -> T
         m = pattern.match(text)
         if m is not None:
             name = m.group(1) if kind in (SAVEPOINT, ROLLBACK_TO) else None
-            if name is not None and name.startswith("`"):
-                name = name[1:-1].replace("``", "`")
+            if name is not None and name[0] in '`"':
+                name = name[1:-1].replace(name[0] * 2, name[0])
             return TransactionMark(kind, name.lower() if name is not None else None, position)
     return None
 
@@ -81,12 +89,14 @@ def transaction_mark(statement: str, position: EventPosition | None = None) -> T
 def committed(items: Iterable[object],
               transactional: Callable[[Collection[TableId]], set[TableId]]) -> Iterator[object]:
     """``items`` (records, schema changes and ``TransactionMark``s, in binlog order) less the rows a rollback
-    undid, without the marks; ``transactional(tables)``: which of ``tables`` a rollback undoes. A prepared XA
-    transaction's rollback is passed on as its mark. Records outside BEGIN ... COMMIT pass at once; a read that
-    ends inside a transaction (it cannot, as reads end at transaction boundaries) lets its records through."""
+    undid, without the marks; ``transactional(tables)``: which of ``tables`` a rollback undoes. Passed on as marks:
+    the rollback of an XA transaction prepared before (``tables``: those of the XA transactions this read saw
+    prepared), and a ROLLBACK or SAVEPOINT that is not read (``tables``: those whose rows it may have undone).
+    Records outside a group pass at once; a read that ends inside one (it cannot, as reads end at transaction
+    boundaries) lets its records through."""
     buffer: list[object] | None = None
     savepoints: dict[str, int] = {}
-    xa = False  # the group is an XA transaction's (XA START)
+    prepared: set[TableId] = set()
     for item in items:
         if not isinstance(item, TransactionMark):
             if buffer is None:
@@ -97,23 +107,23 @@ def committed(items: Iterable[object],
         if item.kind == BEGIN:  # a group's GTID event, then (MySQL) its BEGIN
             if buffer:  # a group without a commit: a statement logged on its own
                 yield from buffer
-            buffer, savepoints, xa = [], {}, False
+            buffer, savepoints = [], {}
         elif item.kind == XA_START:
             buffer = [] if buffer is None else buffer
-            xa = True
-        elif item.kind == PREPARED_ROLLBACK and not xa:  # of a transaction prepared in an earlier group
-            if buffer:
-                yield from buffer
+        elif item.kind == PREPARED_ROLLBACK and not _rows_in(buffer):  # of a transaction prepared before
+            yield from buffer or ()
             buffer = None
-            yield item
+            yield replace(item, tables=frozenset(prepared))
         elif buffer is None:
             continue
-        elif item.kind == COMMIT:
+        elif item.kind in (COMMIT, PREPARED):
+            if item.kind == PREPARED:
+                prepared |= _rows_in(buffer)
             yield from buffer
-            buffer, xa = None, False
-        elif item.kind in (ROLLBACK, PREPARED_ROLLBACK):
+            buffer = None
+        elif item.kind in (ROLLBACK, PREPARED_ROLLBACK):  # an XA ROLLBACK in its own group: not prepared
             yield from _kept(buffer, transactional)
-            buffer, xa = None, False
+            buffer = None
         elif item.kind == SAVEPOINT:
             savepoints[item.savepoint] = len(buffer)
         elif item.kind == ROLLBACK_TO and item.savepoint in savepoints:
@@ -121,8 +131,15 @@ def committed(items: Iterable[object],
             buffer[at:] = _kept(buffer[at:], transactional)
             # the savepoints set after it are gone; it stays
             savepoints = {name: i for name, i in savepoints.items() if i <= at}
+        elif item.kind in (ROLLBACK_TO, UNSURE) and _rows_in(buffer):
+            buffer.append(replace(item, kind=UNSURE, tables=frozenset(_rows_in(buffer))))
     if buffer:
         yield from buffer
+
+
+def _rows_in(records: list[object] | None) -> set[TableId]:
+    """The tables ``records`` hold rows of."""
+    return {r.table for r in records or () if isinstance(r, ChangeRecord)}
 
 
 def _kept(records: list[object], transactional: Callable[[Collection[TableId]], set[TableId]]) -> list[object]:

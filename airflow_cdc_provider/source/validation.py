@@ -166,8 +166,14 @@ def check_table_access(conn: Any, schema: TableSchema) -> list[str]:
 
 
 # a foreign key in SHOW CREATE TABLE, whose actions the server takes inside the storage engine, without row events
-_FOREIGN_KEY_LINE = re.compile(r"^\s*CONSTRAINT `(?P<name>(?:[^`]|``)+)` FOREIGN KEY \(.*?\) REFERENCES "
-                               r"(?P<parent>`(?:[^`]|``)+`(?:\.`(?:[^`]|``)+`)?) \(.*?\)(?P<actions>[^\n]*)$", re.M)
+_SHOWN_NAME = r'(?:`(?:[^`]|``)+`|"(?:[^"]|"")+"|[^\s(.]+)'  # as SHOW CREATE TABLE quotes it, under any sql_mode
+_FOREIGN_KEY_LINE = re.compile(
+    rf"^\s*CONSTRAINT\s+(?P<name>{_SHOWN_NAME})\s+FOREIGN KEY\s*\(.*?\)\s*REFERENCES\s+"
+    rf"(?P<parent>{_SHOWN_NAME}(?:\.{_SHOWN_NAME})?)\s*\(.*?\)(?P<actions>[^\n]*)$", re.M)
+
+
+def _unquoted(name: str) -> str:
+    return name[1:-1].replace(name[0] * 2, name[0]) if name[:1] in ('`', '"') else name
 
 
 def check_foreign_key_actions(conn: Any, table: TableId) -> list[str]:
@@ -175,29 +181,58 @@ def check_foreign_key_actions(conn: Any, table: TableId) -> list[str]:
     parent's rows change, and InnoDB logs no row event for that: the sink would keep rows the source deleted or
     changed. Refused, naming the constraint and the fix. Read from SHOW CREATE TABLE, which SELECT allows
     (information_schema.REFERENTIAL_CONSTRAINTS shows a user with SELECT only nothing)."""
-    with conn.cursor() as cur:
-        cur.execute(f"SHOW CREATE TABLE {quote_table(table)}", ())
-        row = cur.fetchone()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"SHOW CREATE TABLE {quote_table(table)}", ())
+            row = cur.fetchone()
+    except pymysql.err.MySQLError as exc:
+        return [f"cannot read the definition of table {str(table)!r} (SHOW CREATE TABLE): {exc}"]
     problems = []
     for m in _FOREIGN_KEY_LINE.finditer(row[1] if row else ""):
         rules = [f"ON {what} {rule}" for what, rule in re.findall(r"ON (DELETE|UPDATE) (CASCADE|SET NULL|SET DEFAULT)",
                                                                    m.group("actions"))]
         if not rules:
             continue
-        name = m.group("name").replace("``", "`")
+        name = _unquoted(m.group("name"))
+        parent = ".".join(_unquoted(p) for p in re.findall(_SHOWN_NAME, m.group("parent")))
         problems.append(
-            f"table {str(table)!r}: foreign key {name} (to {m.group('parent')}) has {' and '.join(rules)}, whose "
+            f"table {str(table)!r}: foreign key {name} (to {parent}) has {' and '.join(rules)}, whose "
             "changes to its rows the server does not write to the binlog, so the sink would keep rows the source "
             f"deleted or changed: make it RESTRICT (ALTER TABLE {display_table(table)} DROP FOREIGN KEY "
-            f"`{m.group('name')}`, ADD CONSTRAINT ... ON DELETE RESTRICT ON UPDATE RESTRICT) and change the rows in "
-            "the application, or leave the table out of source.tables")
+            f"`{name.replace('`', '``')}`, ADD CONSTRAINT ... ON DELETE RESTRICT ON UPDATE RESTRICT) and change the "
+            "rows in the application, or leave the table out of source.tables")
     return problems
 
 
 # Types whose order in the server is not the order of their canonical value, which chunk lookups compare: INET4,
-# INET6 and UUID order by their binary form (UUID with swapped segments), SET by its bit mask, ENUM by its member's
-# index (while a comparison with a string compares the text).
-UNORDERED_KEY_TYPES = {"inet4", "inet6", "uuid", "set", "enum"}
+# INET6 and UUID order by their binary form (UUID with swapped segments), SET by its bit mask. ENUM orders by its
+# member's index, but compares with a string as text: see ``check_enum_key_order``.
+UNORDERED_KEY_TYPES = {"inet4", "inet6", "uuid", "set"}
+_COLLATION_NAME = re.compile(r"\w+")
+
+
+def check_enum_key_order(conn: Any, schema: TableSchema) -> list[str]:
+    """An ENUM chunk key column sorts by member index, while a chunk's range compares it with its bounds as text:
+    the two agree only when the members are declared in the order their collation sorts them. Asked of the
+    server, in the column's character set and collation."""
+    problems = []
+    for col in schema.key:
+        if col.data_type != "enum" or not col.collation or not _COLLATION_NAME.fullmatch(col.collation):
+            continue
+        members = enum_values(col.column_type)
+        rows = " UNION ALL ".join(["SELECT %s AS m, %s AS i"] * len(members))
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT i FROM ({rows}) x ORDER BY CONVERT(m USING {col.charset}) COLLATE {col.collation}, i",
+                        [v for i, m in enumerate(members) for v in (m, i)])
+            order = [int(r[0]) for r in cur.fetchall()]
+        if order != list(range(len(members))):
+            problems.append(
+                f"chunk key column {col.name!r} of table {str(schema.table)!r} is {col.column_type}, whose members "
+                f"are not declared in the order {col.collation} sorts them: the server orders the column by member, "
+                "while chunks are looked up by the text. Set source.chunk_key to a unique NOT NULL key of other "
+                "types for this table, declare the members in sorted order, or leave the table out of "
+                "source.tables")
+    return problems
 
 
 @dataclass(frozen=True)
@@ -242,9 +277,9 @@ def check_chunk_key(schema: TableSchema, keys: Sequence[UniqueKey] | None = None
         if col.data_type in UNORDERED_KEY_TYPES:
             problems.append(
                 f"chunk key column {col.name!r} of table {table!r} has type {col.column_type}, which the server orders "
-                "otherwise than its value's text (by its binary form, bit mask or member index), while chunks are looked up by "
-                "that text: set source.chunk_key to a unique NOT NULL key of other types for this table, or leave "
-                "the table out of source.tables"
+                "otherwise than its value's text (by its binary form or bit mask), while chunks are "
+                "looked up by that text: set source.chunk_key to a unique NOT NULL key of other types for this "
+                "table, or leave the table out of source.tables"
             )
     if keys is None or any(set(k.columns) <= set(schema.key_columns) for k in keys):
         return problems
@@ -368,7 +403,8 @@ def validate_source(
             problems.append(str(exc))
             continue
         table_problems = (check_table_access(conn, schema) + check_chunk_key(schema, unique_keys(conn, table))
-                          + check_columns(schema, info) + check_foreign_key_actions(conn, table))
+                          + check_columns(schema, info) + check_foreign_key_actions(conn, table)
+                          + check_enum_key_order(conn, schema))
         problems += table_problems
         if not table_problems:
             schemas.append(schema)

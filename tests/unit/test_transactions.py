@@ -1,0 +1,59 @@
+"""Which of a logged transaction's records stand (``source.transactions.committed``), group by group, with
+the marks as the server writes them (MariaDB: a GTID event opens a group, no BEGIN statement)."""
+
+from __future__ import annotations
+
+from airflow_cdc_provider.core.chunks import TableId
+from airflow_cdc_provider.core.offsets import EventPosition
+from airflow_cdc_provider.core.records import ChangeRecord
+from airflow_cdc_provider.source.transactions import (
+    COMMITTED, GROUP_STARTS, PREPARED_GROUP, PREPARED_ROLLBACK, UNSURE, TransactionMark, committed, transaction_mark,
+)
+
+INNO, MYISAM = TableId("db", "inno"), TableId("db", "myisam")
+
+
+def row(table: TableId, key: int) -> ChangeRecord:
+    return ChangeRecord("c", table, (key,), None, {"id": key}, EventPosition("b.000001", key, 0), 0)
+
+
+def mark(statement: str) -> TransactionMark:
+    return transaction_mark(statement, EventPosition("b.000001", 999, 0))
+
+
+def run(*items) -> list:
+    """What stands, as (table, key) of each record and the kind of each mark passed on."""
+    out = committed(items, lambda tables: {t for t in tables if t == INNO})
+    return [(r.table.table, r.key[0]) if isinstance(r, ChangeRecord) else (r.kind, sorted(t.table for t in r.tables))
+            for r in out]
+
+
+def test_a_rollback_to_a_savepoint_in_double_quotes_undoes_only_what_followed_it():
+    """Under sql_mode ANSI_QUOTES the server writes the savepoint's name in double quotes."""
+    got = run(GROUP_STARTS, row(INNO, 1), mark('SAVEPOINT "s"'), row(INNO, 2), row(MYISAM, 3),
+              mark('ROLLBACK TO "s"'), row(INNO, 4), COMMITTED)
+    assert got == [("inno", 1), ("myisam", 3), ("inno", 4)]
+
+
+def test_savepoint_names_are_told_apart_whole():
+    got = run(GROUP_STARTS, mark("SAVEPOINT a$b"), row(INNO, 1), mark("SAVEPOINT a$c"), row(INNO, 2),
+              mark("ROLLBACK TO a$b"), COMMITTED)
+    assert got == []
+
+
+def test_a_rollback_that_is_not_read_re_snapshots_the_tables_it_may_have_undone():
+    for unread in ("ROLLBACK TO nowhere", "ROLLBACK AND CHAIN", "SAVEPOINT"):
+        got = run(GROUP_STARTS, row(INNO, 1), row(MYISAM, 2), mark(unread), COMMITTED)
+        assert got == [("inno", 1), ("myisam", 2), (UNSURE, ["inno", "myisam"])], unread
+
+
+def test_an_xa_transaction_rolled_back_in_its_own_group_is_a_rollback():
+    """Without XA PREPARE its rows never counted (MariaDB writes no XA START statement in the group)."""
+    assert run(GROUP_STARTS, row(INNO, 1), row(MYISAM, 2), mark("XA END X'31'"), mark("XA ROLLBACK X'31'")) == [
+        ("myisam", 2)]
+
+
+def test_the_rollback_of_a_prepared_xa_transaction_names_the_tables_this_read_saw_prepared():
+    got = run(GROUP_STARTS, row(INNO, 1), PREPARED_GROUP, GROUP_STARTS, row(MYISAM, 2), COMMITTED,
+              GROUP_STARTS, mark("XA ROLLBACK X'31'"))
+    assert got == [("inno", 1), ("myisam", 2), (PREPARED_ROLLBACK, ["inno"])]
