@@ -42,8 +42,8 @@ from airflow_cdc_provider.core.shadow_tables import EMPTIED, OTHER, ShadowStatem
 from airflow_cdc_provider.source.ddl import dropped_database, mentions_captured, swapped_into, schema_changes
 from airflow_cdc_provider.source.online_schema_change import shadow_statements
 from airflow_cdc_provider.source.row_decoder import RowDecoder
-from airflow_cdc_provider.source.schema import TableSchema
 from airflow_cdc_provider.source.connection import connect
+from airflow_cdc_provider.source.schema import TableSchema
 from airflow_cdc_provider.source.settings import ConnectionSettings
 from airflow_cdc_provider.source.table_definition import definition_difference
 from airflow_cdc_provider.source.table_versions import TableVersion, origins
@@ -478,15 +478,21 @@ def _events_read(settings: ConnectionSettings, server_id: int, start: BinlogOffs
             here = BinlogOffset(file, event_start(event)).sort_key[:2]
             if here >= stop_key:
                 break
-            if isinstance(event, (XidEvent, XAPrepareEvent)):
-                yield COMMITTED if isinstance(event, XidEvent) else PREPARED_GROUP
-                continue
-            if isinstance(event, (MariadbGtidEvent, GtidEvent)):
-                yield GROUP_STARTS
-                continue
-            mark = transaction_mark(str(event.query), EventPosition(file, event_start(event), 0)) \
-                if isinstance(event, QueryEvent) else None
+            mark = _library_mark(event, file)
             if mark is not None:
                 yield mark
             else:
                 yield from reader.records(event, file)
+
+
+def _library_mark(event: Any, file: str) -> TransactionMark | None:
+    """The transaction mark a library event is (as ``PacketReader`` reads them from the packets), else None."""
+    if isinstance(event, XidEvent):
+        return COMMITTED
+    if isinstance(event, XAPrepareEvent):
+        return PREPARED_GROUP
+    if isinstance(event, (MariadbGtidEvent, GtidEvent)):
+        return GROUP_STARTS
+    if isinstance(event, QueryEvent):
+        return transaction_mark(str(event.query), EventPosition(file, event_start(event), 0))
+    return None

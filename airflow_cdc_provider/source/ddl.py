@@ -46,6 +46,7 @@ from sqlglot.tokens import Token, TokenType
 
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.schema_changes import DROP, RESYNC, TRUNCATE, SchemaChange, shorten
+from airflow_cdc_provider.source.sql import unquote_ident
 from airflow_cdc_provider.source.table_versions import (
     ADD_COLUMN, DROP_COLUMN, MODIFY_COLUMN, RENAME_COLUMN, ColumnChange,
 )
@@ -470,7 +471,7 @@ def _names_in_text(sql: str, default_database: str | None) -> Iterator[TableId]:
     """The tables a statement sqlglot cannot even tokenize may name, read from its text."""
     for match in _DOTTED_NAME.finditer(sql):
         parts = [p.strip() for p in re.findall(_QUOTED_OR_BARE, match.group())]
-        names = [p[1:-1].replace(p[0] * 2, p[0]) if p[0] in '`"' else p for p in parts]
+        names = [unquote_ident(p) for p in parts]
         yield from _tables_of_name(names, default_database)
 
 

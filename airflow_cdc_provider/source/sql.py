@@ -25,6 +25,11 @@ def quote_ident(name: str) -> str:
     return "`" + name.replace("`", "``").replace("%", "%%") + "`"
 
 
+def unquote_ident(name: str) -> str:
+    """A name as the server wrote it (in backticks, in double quotes under ANSI_QUOTES, or bare), unquoted."""
+    return name[1:-1].replace(name[0] * 2, name[0]) if name[:1] in ("`", '"') else name
+
+
 def quote_table(table: TableId) -> str:
     return f"{quote_ident(table.database)}.{quote_ident(table.table)}"
 

@@ -10,8 +10,8 @@ the schema changes.
 
 XA: a prepared transaction's group ends at ``XA PREPARE``, and ``XA COMMIT`` or ``XA ROLLBACK`` follows in a
 later group of its own, which does not say what the transaction changed. The rows are taken at the prepare
-(most prepared transactions commit); ``XA ROLLBACK`` after it is a ``prepared_rollback`` mark, and the reader
-re-snapshots the captured tables (``TableChangeReader.prepared_rollback``).
+(most prepared transactions commit); ``XA ROLLBACK`` after it is a ``PREPARED_ROLLBACK`` mark, and the reader
+re-snapshots the captured tables (``TableChangeReader.unknown_rollback``).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Callable, Collection, Iterable, Iterator
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.offsets import EventPosition
 from airflow_cdc_provider.core.records import ChangeRecord
+from airflow_cdc_provider.source.sql import unquote_ident
 
 BEGIN = "begin"
 XA_START = "xa_start"
@@ -79,10 +80,8 @@ def transaction_mark(statement: str, position: EventPosition | None = None) -> T
     for pattern, kind in _MARKS:
         m = pattern.match(text)
         if m is not None:
-            name = m.group(1) if kind in (SAVEPOINT, ROLLBACK_TO) else None
-            if name is not None and name[0] in '`"':
-                name = name[1:-1].replace(name[0] * 2, name[0])
-            return TransactionMark(kind, name.lower() if name is not None else None, position)
+            name = unquote_ident(m.group(1)).lower() if kind in (SAVEPOINT, ROLLBACK_TO) else None
+            return TransactionMark(kind, name, position)
     return None
 
 
@@ -144,7 +143,7 @@ def _rows_in(records: list[object] | None) -> set[TableId]:
 
 def _kept(records: list[object], transactional: Callable[[Collection[TableId]], set[TableId]]) -> list[object]:
     """What a rollback leaves of ``records``: schema changes, and rows of tables it does not undo."""
-    tables = {r.table for r in records if isinstance(r, ChangeRecord)}
+    tables = _rows_in(records)
     undone = transactional(tables) if tables else set()
     return [r for r in records if not (isinstance(r, ChangeRecord) and r.table in undone)]
 

@@ -47,7 +47,7 @@ from airflow_cdc_provider.source.schema import (
     load_schema,
 )
 from airflow_cdc_provider.source.server import ServerInfo, SourceError, server_info, variables
-from airflow_cdc_provider.source.sql import display_table, quote_table
+from airflow_cdc_provider.source.sql import display_table, quote_table, unquote_ident
 from airflow_cdc_provider.source.values import CHARSET_CODECS, UNSUPPORTED_CHARSET, string_codec
 
 ER_ACCESS_DENIED_CODES = {1044, 1045, 1142, 1143, 1227}
@@ -172,10 +172,6 @@ _FOREIGN_KEY_LINE = re.compile(
     rf"(?P<parent>{_SHOWN_NAME}(?:\.{_SHOWN_NAME})?)\s*\(.*?\)(?P<actions>[^\n]*)$", re.M)
 
 
-def _unquoted(name: str) -> str:
-    return name[1:-1].replace(name[0] * 2, name[0]) if name[:1] in ('`', '"') else name
-
-
 def check_foreign_key_actions(conn: Any, table: TableId) -> list[str]:
     """A foreign key of the table with ON DELETE/UPDATE CASCADE or SET NULL changes the table's rows when its
     parent's rows change, and InnoDB logs no row event for that: the sink would keep rows the source deleted or
@@ -193,8 +189,8 @@ def check_foreign_key_actions(conn: Any, table: TableId) -> list[str]:
                                                                    m.group("actions"))]
         if not rules:
             continue
-        name = _unquoted(m.group("name"))
-        parent = ".".join(_unquoted(p) for p in re.findall(_SHOWN_NAME, m.group("parent")))
+        name = unquote_ident(m.group("name"))
+        parent = ".".join(unquote_ident(p) for p in re.findall(_SHOWN_NAME, m.group("parent")))
         problems.append(
             f"table {str(table)!r}: foreign key {name} (to {parent}) has {' and '.join(rules)}, whose "
             "changes to its rows the server does not write to the binlog, so the sink would keep rows the source "

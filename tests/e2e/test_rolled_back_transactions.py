@@ -5,18 +5,10 @@ MyISAM table whose changes stayed."""
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 
+from ..component.test_rolled_back_transactions import run
 from .cdc_helpers import Pipeline, jdbc_sink, parquet_sink, sink_rows, source_rows, table_types
-
-
-def run(db, *statements):
-    """``statements`` on one application connection (each transaction opened and ended by them)."""
-    with contextlib.closing(db.server.app_connection(db.name)) as conn, conn.cursor() as cur:
-        for sql in statements:
-            cur.execute(sql)
 
 
 @pytest.mark.parametrize("sink_type", ["parquet", "jdbc"])
@@ -31,9 +23,9 @@ def test_rolled_back_rows_never_reach_the_sinks(source_db, tmp_path, spark, post
     p.snapshot(p.plan())
     p.collect()
 
-    run(db, "BEGIN", "CREATE TEMPORARY TABLE scratch (id INT) ENGINE=MEMORY", "INSERT INTO orders VALUES (100, 1, 'rb')",
-        "UPDATE orders SET note = 'rolled back' WHERE id <= 5", "DELETE FROM orders WHERE id = 6",
-        "INSERT INTO scratch VALUES (1)", "ROLLBACK")
+    run(db, "BEGIN", "CREATE TEMPORARY TABLE scratch (id INT) ENGINE=MEMORY",
+        "INSERT INTO orders VALUES (100, 1, 'rb')", "UPDATE orders SET note = 'rolled back' WHERE id <= 5",
+        "DELETE FROM orders WHERE id = 6", "INSERT INTO scratch VALUES (1)", "ROLLBACK")
     run(db, "BEGIN", "UPDATE orders SET v = -1 WHERE id = 7", "INSERT INTO audit VALUES (10, 10)",
         "UPDATE audit SET v = 0 WHERE id = 1", "ROLLBACK")  # audit's changes stay
     run(db, "BEGIN", "INSERT INTO audit VALUES (11, 11)", "UPDATE orders SET note = 'kept' WHERE id = 8",
