@@ -1,6 +1,6 @@
 """The watermark read of consecutive chunks of one table (DBLog / Flink CDC 2.0), without locks, step by step.
 
-1. ``LW`` = the binlog position now;
+1. ``LW`` = the binlog position now, taken when no XA transaction is prepared (``low_watermark``);
 2. SELECT the chunks' rows (autocommit, no lock, no ORDER BY); the read must happen here, between the
    watermarks;
 3. ``HW`` = the binlog position now;
@@ -36,13 +36,15 @@ from airflow_cdc_provider.source.chunk_queries import select_chunk_sql
 from airflow_cdc_provider.source.connection import connect
 from airflow_cdc_provider.source.key_order import DatabaseKeyOrder
 from airflow_cdc_provider.source.schema import TableSchema, load_schema
-from airflow_cdc_provider.source.server import ServerInfo, current_offset, server_info
+from airflow_cdc_provider.source.server import (ServerInfo, SourceError, current_offset,
+                                                prepared_xa_transactions, server_info)
 from airflow_cdc_provider.source.settings import ConnectionSettings
 from airflow_cdc_provider.source.values import RowCanonicalizer
 
 T = TypeVar("T")
 Checkpoint = Callable[[str], None]
 CHECKPOINTS = ("after_low_watermark", "after_select", "after_high_watermark")
+PREPARED_XA_WAIT = 120.0  # seconds a chunk read waits for the XA transactions prepared at its LW to end
 
 
 def no_checkpoint(point: str) -> None:
@@ -71,10 +73,11 @@ class WindowChanges:
 
 def read_window(conn: Any, info: ServerInfo, settings: ConnectionSettings, server_id: int, schema: TableSchema,
                 order: DatabaseKeyOrder, chunks: list[Chunk], select: Callable[[BinlogOffset], T],
-                checkpoint: Checkpoint = no_checkpoint) -> tuple[T, WindowChanges]:
+                checkpoint: Checkpoint = no_checkpoint, prepared_wait: float = PREPARED_XA_WAIT
+                ) -> tuple[T, WindowChanges]:
     """Steps 1-4 for the consecutive ``chunks``: ``select(low_watermark)`` reads their rows (and must force the
     read); returns what it returned and the window's changes, ready to fold."""
-    low = current_offset(conn, info)
+    low = low_watermark(conn, info, schema, prepared_wait)
     checkpoint("after_low_watermark")
     selected = select(low)
     checkpoint("after_select")
@@ -90,6 +93,32 @@ def read_window(conn: Any, info: ServerInfo, settings: ConnectionSettings, serve
             order.prefetch([r.key for r in records] + [k for c in chunks for k in (c.start, c.end) if k is not None])
         changes.last, changes.applied = window_changes(records, chunk_locator(chunks, order))
     return selected, changes
+
+
+class PreparedTransactions(SourceError):
+    """XA transactions stayed prepared for longer than a chunk read waits to take its low watermark."""
+
+
+def low_watermark(conn: Any, info: ServerInfo, schema: TableSchema, wait: float = PREPARED_XA_WAIT) -> BinlogOffset:
+    """The binlog position now, taken when no XA transaction is prepared. A transaction prepared before LW has
+    its rows logged at its XA PREPARE, before the window; if it committed after the SELECT, neither the SELECT
+    nor the window would hold them. ``XA RECOVER`` after LW (and so before the SELECT) lists every such
+    transaction; while it lists any, LW is taken again."""
+    deadline, pause = time.monotonic() + wait, 0.05
+    while True:
+        low = current_offset(conn, info)
+        prepared = prepared_xa_transactions(conn)
+        if not prepared:
+            return low
+        if time.monotonic() >= deadline:
+            names = "; ".join(prepared[:5]) + (" ..." if len(prepared) > 5 else "")
+            raise PreparedTransactions(
+                f"reading chunks of {schema.table}: XA transactions are still prepared after {wait:.0f} s: {names}. "
+                f"A chunk read cannot start while one is prepared (its rows were logged before the read and are "
+                f"not visible to it). End them on the source with XA COMMIT or XA ROLLBACK (XA RECOVER lists "
+                f"them); the task's retry then reads the chunks")
+        time.sleep(pause)
+        pause = min(pause * 2, 1.0)
 
 
 def _check_definition(conn: Any, schema: TableSchema, high: BinlogOffset) -> None:
@@ -137,7 +166,7 @@ class ChunkReadResult:
 
 
 def read_chunk(settings: ConnectionSettings, schema: TableSchema, chunk: Chunk, *, server_id: int,
-               hooks: ChunkReadHooks | None = None) -> ChunkReadResult:
+               hooks: ChunkReadHooks | None = None, prepared_wait: float = PREPARED_XA_WAIT) -> ChunkReadResult:
     """One chunk read in this process, rows as canonical dicts: the chunk exactly as of its HW."""
     t0 = time.monotonic()
     with contextlib.closing(connect(settings)) as conn:
@@ -155,7 +184,7 @@ def read_chunk(settings: ConnectionSettings, schema: TableSchema, chunk: Chunk, 
 
         rows, changes = read_window(conn, server_info(conn), settings, server_id, schema,
                                     DatabaseKeyOrder(conn, schema), [chunk], select,
-                                    (hooks or ChunkReadHooks()).checkpoint)
+                                    (hooks or ChunkReadHooks()).checkpoint, prepared_wait)
     rows = fold_rows({} if changes.truncated else rows, changes.last)
     report, = chunk_reports([chunk], changes, {chunk.index: len(rows)}, time.monotonic() - t0)
     return ChunkReadResult(report, rows)

@@ -90,3 +90,19 @@ def binlog_files(conn: Any) -> list[tuple[str, int]]:
     with conn.cursor() as cur:
         cur.execute("SHOW BINARY LOGS")
         return [(r[0], int(r[1])) for r in cur.fetchall()]
+
+
+def prepared_xa_transactions(conn: Any) -> list[str]:
+    """``XA RECOVER``: the xids of the XA transactions prepared now, whose outcome is not logged yet."""
+    with conn.cursor() as cur:
+        cur.execute("XA RECOVER")
+        return [_xid(row) for row in cur.fetchall()]
+
+
+def _xid(row: tuple) -> str:
+    """An ``XA RECOVER`` row (formatID, gtrid_length, bqual_length, data) as the xid of ``XA COMMIT <xid>``."""
+    data = row[3].decode("utf-8", "replace") if isinstance(row[3], (bytes, bytearray)) else str(row[3])
+    gtrid_length, bqual_length, format_id = int(row[1]), int(row[2]), int(row[0])
+    parts = [data[:gtrid_length]] + ([data[gtrid_length:gtrid_length + bqual_length]] if bqual_length else [])
+    xid = ", ".join("'" + part.replace("'", "''") + "'" for part in parts)
+    return xid + (f", {format_id}" if format_id != 1 else "")

@@ -7,8 +7,9 @@ Checks, each with a message that says what to change:
   has no column names and rows cannot be matched to columns after a schema change;
 * no compressed or partial row events (MariaDB ``log_bin_compress``, MySQL ``binlog_transaction_compression``
   and ``binlog_row_value_options=PARTIAL_JSON``): their rows cannot be decoded;
-* privileges: REPLICATION SLAVE (binlog dump), REPLICATION CLIENT / BINLOG MONITOR (watermarks), SELECT on
-  every captured table;
+* privileges: REPLICATION SLAVE (binlog dump), REPLICATION CLIENT / BINLOG MONITOR (watermarks), ``XA RECOVER``
+  (a chunk read waits for prepared XA transactions; MySQL 8 asks XA_RECOVER_ADMIN), SELECT on every captured
+  table;
 * tables: exist, are not system-versioned, have a primary key or a configured chunk key, chunk key columns exist
   and are NOT NULL, and a UNIQUE index (or the primary key) covers the chunk key: every sink keys rows by it, so
   rows with equal keys would overwrite each other;
@@ -46,7 +47,7 @@ from airflow_cdc_provider.source.schema import (
     list_tables,
     load_schema,
 )
-from airflow_cdc_provider.source.server import ServerInfo, SourceError, server_info, variables
+from airflow_cdc_provider.source.server import ServerInfo, SourceError, prepared_xa_transactions, server_info, variables
 from airflow_cdc_provider.source.sql import display_table, quote_table, unquote_ident
 from airflow_cdc_provider.source.values import CHARSET_CODECS, UNSUPPORTED_CHARSET, string_codec
 
@@ -146,6 +147,11 @@ def check_privileges(conn: Any, info: ServerInfo) -> list[str]:
             f"user {user} lacks REPLICATION CLIENT (needed to read binlog positions): "
             f"GRANT REPLICATION CLIENT ON *.* TO {quoted_user}"
         )
+    try:
+        prepared_xa_transactions(conn)
+    except pymysql.MySQLError as e:
+        problems.append(f"user {user} cannot run XA RECOVER ({e.args[-1]}; a chunk read waits for the XA "
+                        f"transactions it lists): GRANT XA_RECOVER_ADMIN ON *.* TO {quoted_user}")
     return problems
 
 

@@ -7,8 +7,13 @@ for the chunk's range at the high watermark.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
+import pytest
+
 from airflow_cdc_provider.core.chunks import SplitOptions, TableId
-from airflow_cdc_provider.pipeline.chunk_window import ChunkReadHooks, read_chunk
+from airflow_cdc_provider.pipeline.chunk_window import ChunkReadHooks, PreparedTransactions, read_chunk
 from airflow_cdc_provider.source.chunk_queries import select_chunk_sql, split_schema
 from airflow_cdc_provider.source.schema import load_schema
 
@@ -152,3 +157,48 @@ def test_composite_key_chunk_read_with_window(source_db, server_id):
     result = read_chunk(source_db.settings, schema, chunk, server_id=server_id, hooks=ChunkReadHooks(after_select=after_select))
     assert result.rows == rows_now(source_db, schema, chunk)
     assert result.rows[chunk.start]["v"] == 9
+
+
+def _prepare(db, xid, *statements):
+    """An XA transaction of ``statements``, prepared on a connection of the application that then closes (the
+    server keeps it prepared)."""
+    with contextlib.closing(db.server.app_connection(db.name)) as conn, conn.cursor() as cur:
+        for sql in (f"XA START '{xid}'", *statements, f"XA END '{xid}'", f"XA PREPARE '{xid}'"):
+            cur.execute(sql)
+
+
+def test_a_transaction_prepared_before_the_low_watermark_and_committed_after_the_select_is_in_the_chunk(
+        source_db, server_id):
+    """Its rows are logged at its XA PREPARE, before the window, and the SELECT cannot see them: the read waits for
+    it to end before taking its low watermark."""
+    schema, chunks = make_even_table(source_db)
+    chunk = chunks[1]
+    lo = chunk.start[0]
+    xid = f"cr-{server_id}"
+    _prepare(source_db, xid, f"INSERT INTO t VALUES ({lo + 1}, 'prepared insert', 0)",
+             f"UPDATE t SET v = 'prepared update' WHERE id = {lo}")
+    committer = threading.Timer(1.0, source_db.execute, (f"XA COMMIT '{xid}'",))
+    committer.start()
+    try:
+        # without the wait, the commit lands after the SELECT (and is logged inside the window, rows-less)
+        result = read_chunk(source_db.settings, schema, chunk, server_id=server_id,
+                            hooks=ChunkReadHooks(after_select=committer.join))
+    finally:
+        committer.join()
+    assert result.rows == rows_now(source_db, schema, chunk)
+    assert result.rows[(lo + 1,)]["v"] == "prepared insert" and result.rows[(lo,)]["v"] == "prepared update"
+
+
+def test_a_transaction_left_prepared_fails_the_read_naming_it(source_db, server_id):
+    schema, chunks = make_even_table(source_db)
+    xid = f"stuck-{server_id}"
+    _prepare(source_db, xid, f"UPDATE t SET v = 'never decided' WHERE id = {chunks[0].end[0]}")
+    try:
+        with pytest.raises(PreparedTransactions) as failure:
+            read_chunk(source_db.settings, schema, chunks[0], server_id=server_id, prepared_wait=0.5)
+    finally:
+        source_db.execute(f"XA ROLLBACK '{xid}'")
+    message = str(failure.value)
+    assert f"'{xid}'" in message and f"{source_db.name}.t" in message and "XA COMMIT or XA ROLLBACK" in message
+    assert read_chunk(source_db.settings, schema, chunks[0], server_id=server_id).rows == rows_now(
+        source_db, schema, chunks[0])
