@@ -142,3 +142,66 @@ def max_offset(offsets: "list[BinlogOffset]") -> BinlogOffset:
     if not offsets:
         raise ValueError("no offsets given")
     return max(offsets)
+
+
+def gtids_went_back(resume: str | None, now: str | None) -> bool:
+    """Whether the server's GTID position ``now`` lacks a transaction that ``resume`` (read from the same
+    server earlier) already had: GTIDs only grow, so the server's binlog is not the one ``resume`` was read from,
+    even where its file and position have grown past ``resume``'s again. False when either is unknown.
+
+    MariaDB (``@@gtid_binlog_pos``, ``domain-server-seq`` per domain): a domain of ``resume`` at a lower sequence
+    number now (a domain gone, as ``FLUSH BINARY LOGS DELETE_DOMAIN_ID`` leaves it, is not counted). MySQL
+    (``Executed_Gtid_Set``, ``uuid[:tag]:lo-hi:...``): a transaction of ``resume`` not in the set now."""
+    if not resume or not now:
+        return False
+    if _MARIADB_GTID.fullmatch(resume.replace(" ", "")) and _MARIADB_GTID.fullmatch(now.replace(" ", "")):
+        was, is_now = _mariadb_domains(resume), _mariadb_domains(now)
+        return any(domain in is_now and is_now[domain] < seq for domain, seq in was.items())
+    was_set, now_set = _mysql_gtid_set(resume), _mysql_gtid_set(now)
+    if was_set is None or now_set is None:
+        return False
+    return any(not _covered(lo, hi, now_set.get(source, [])) for source, intervals in was_set.items()
+               for lo, hi in intervals)
+
+
+_MARIADB_GTID = re.compile(r"\d+-\d+-\d+(?:,\d+-\d+-\d+)*")
+_MYSQL_INTERVAL = re.compile(r"(\d+)(?:-(\d+))?")
+
+
+def _covered(lo: int, hi: int, intervals: list[tuple[int, int]]) -> bool:
+    """Whether the intervals (inclusive) together hold every number from ``lo`` to ``hi``."""
+    for start, end in sorted(intervals):
+        if start > lo:
+            return False
+        if end >= lo:
+            lo = end + 1
+        if lo > hi:
+            return True
+    return False
+
+
+def _mariadb_domains(position: str) -> dict[int, int]:
+    """``d-s-n,...`` -> domain -> sequence number."""
+    domains: dict[int, int] = {}
+    for gtid in position.replace(" ", "").split(","):
+        domain, _, seq = (int(x) for x in gtid.split("-"))
+        domains[domain] = max(seq, domains.get(domain, 0))
+    return domains
+
+
+def _mysql_gtid_set(text: str) -> dict[tuple[str, str], list[tuple[int, int]]] | None:
+    """``uuid[:tag]:lo-hi[:lo-hi...],...`` -> (uuid, tag) -> intervals; None when it is not such a set."""
+    sources: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        uuid, *rest = item.split(":")
+        tag = ""
+        for part in rest:
+            interval = _MYSQL_INTERVAL.fullmatch(part)
+            if interval is None:
+                tag = part.lower()
+                continue
+            lo = int(interval.group(1))
+            sources.setdefault((uuid.lower(), tag), []).append((lo, int(interval.group(2) or lo)))
+        if not re.fullmatch(r"[0-9a-fA-F-]{36}", uuid):
+            return None
+    return sources

@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 from airflow.sdk.bases.sensor import BaseSensorOperator
 
-from airflow_cdc_provider.core.offsets import BinlogOffset, split_binlog_file
+from airflow_cdc_provider.core.offsets import BinlogOffset, gtids_went_back, split_binlog_file
 from airflow_cdc_provider.hooks.mysql_cdc import MySqlCdcHook
 from airflow_cdc_provider.pipeline.resolve import load_pipeline
 
@@ -22,11 +22,12 @@ def resume_offset(state) -> BinlogOffset | None:
 
 
 def went_back(resume: BinlogOffset, now: BinlogOffset) -> bool:
-    """Whether the server's binlog is behind ``resume`` (or has another base name): positions only grow on a
-    server, so it is not the binlog ``resume`` was read from."""
+    """Whether the server's binlog is behind ``resume`` (or has another base name), or lacks a transaction of
+    ``resume``'s GTID position (a reset binlog grown past ``resume``'s file and position again): positions and
+    GTIDs only grow on a server, so it is not the binlog ``resume`` was read from."""
     if split_binlog_file(resume.file)[0] != split_binlog_file(now.file)[0]:
         return True
-    return now.sort_key[:2] < resume.sort_key[:2]
+    return now.sort_key[:2] < resume.sort_key[:2] or gtids_went_back(resume.gtid, now.gtid)
 
 
 class BinlogRetentionSensor(BaseSensorOperator):
@@ -54,7 +55,8 @@ class BinlogRetentionSensor(BaseSensorOperator):
         now = hook.current_offset()
         if went_back(start, now):
             raise AirflowFailException(
-                f"the stream must resume at {start}, but the source's binlog is at {now}, before it: the server's "
+                f"the stream must resume at {start}, but the source's binlog is at {now}, behind it or without its "
+                "transactions (GTIDs): the server's "
                 "binlog was reset (RESET MASTER), restored from a backup, or the connection now reaches another "
                 "server. The positions this pipeline's state and sink hold are not comparable with the server's "
                 "any more, so neither the stream nor a re-snapshot can go on correctly (a re-snapshot's rows would "

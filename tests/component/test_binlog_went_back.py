@@ -34,7 +34,10 @@ def test_a_binlog_behind_the_resume_position_is_refused_with_how_to_start_over(t
         now = current_offset(conn)
     assert sensor_for(tmp_path / "a", mariadb, source_db, monkeypatch, now).poke({}) is True
     base, seq = split_binlog_file(now.file)
-    for resume in (BinlogOffset(now.file, now.pos + 10_000_000), BinlogOffset(f"{base}.{seq + 40:06d}", 4)):
+    domain, server, number = now.gtid.split(",")[0].split("-")
+    reset_and_grown = BinlogOffset(now.file, max(now.pos - 100, 4), f"{domain}-{server}-{int(number) + 1000}")
+    for resume in (BinlogOffset(now.file, now.pos + 10_000_000), BinlogOffset(f"{base}.{seq + 40:06d}", 4),
+                   reset_and_grown):
         with pytest.raises(AirflowFailException) as exc:
             sensor_for(tmp_path / str(resume.pos), mariadb, source_db, monkeypatch, resume).poke({})
         message = str(exc.value)
@@ -48,3 +51,26 @@ def test_went_back():
     assert went_back(at, BinlogOffset("other-bin.000099", 4))
     assert not went_back(at, BinlogOffset("mysql-bin.000042", 500))
     assert not went_back(at, BinlogOffset("mysql-bin.000043", 4))
+
+
+MYSQL_A, MYSQL_B = "3e11fa47-71ca-11e1-9e33-c80aa9429562", "4e11fa47-71ca-11e1-9e33-c80aa9429562"
+
+
+@pytest.mark.parametrize("resume, now, behind", [
+    ("0-1-100", "0-1-50", True),  # MariaDB: the domain's sequence went back (RESET MASTER, then new writes)
+    ("0-1-100", "0-1-100", False),
+    ("0-1-100", "0-2-150", False),  # another server of the domain (a failover) went on from it
+    ("0-1-100,1-1-5", "0-1-200", False),  # a domain deleted (FLUSH BINARY LOGS DELETE_DOMAIN_ID)
+    ("0-1-100,1-1-5", "0-1-200,1-3-4", True),
+    (None, "0-1-1", False), ("0-1-100", "", False), ("not a gtid", "0-1-1", False),
+    (f"{MYSQL_A}:1-100", f"{MYSQL_A}:1-200", False),  # MySQL: the executed set holds resume's
+    (f"{MYSQL_A}:1-100", f"{MYSQL_A}:1-50", True),
+    (f"{MYSQL_A}:1-100", f"{MYSQL_B}:1-500", True),  # another server's history
+    (f"{MYSQL_A}:1-100:200-300", f"{MYSQL_A}:1-150:151-400,{MYSQL_B}:1-5", False),
+    (f"{MYSQL_A}:1-100", f"{MYSQL_A}:1-40:42-200", True),  # transaction 41 is not there
+    (f"{MYSQL_A}:tag1:1-5", f"{MYSQL_A}:1-5", True),  # tagged GTIDs (8.3+) are their own sequence
+    (f"{MYSQL_A}:tag1:1-5", f"{MYSQL_A}:1-5:tag1:1-9", False),
+])
+def test_went_back_by_gtid_where_the_position_grew_past_resume_again(resume, now, behind):
+    at = BinlogOffset("mysql-bin.000042", 500, resume)
+    assert went_back(at, BinlogOffset("mysql-bin.000050", 4, now)) is behind
