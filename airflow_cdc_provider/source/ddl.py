@@ -5,13 +5,14 @@ A few of those change a captured table without any row event, so the stream must
 position:
 
 * ``truncate``: TRUNCATE TABLE;
-* ``drop``: DROP TABLE, a rename to another name, MariaDB's CREATE OR REPLACE TABLE (of the table replaced);
+* ``drop``: DROP TABLE, a rename to another name;
 * ``resync``: an ALTER TABLE that adds, drops, changes or retypes columns or moves rows between tables, a
-  table renamed into a captured name (gh-ost and pt-online-schema-change swap tables so), a primary key
-  added or dropped (the sinks key rows by it), a statement about the table that cannot be classified.
+  table renamed into a captured name (gh-ost and pt-online-schema-change swap tables so), a captured name
+  created again (CREATE TABLE after its drop, MariaDB's CREATE OR REPLACE TABLE), a primary key added or
+  dropped (the sinks key rows by it), a statement about the table that cannot be classified.
 
-Everything else (indexes, constraints, triggers, views, grants, table options, CREATE TABLE, whose rows follow
-as row events) leaves the row images as they are and yields nothing.
+Everything else (indexes, constraints, triggers, views, grants, table options) leaves the row images as they
+are and yields nothing.
 
 Statements are read with sqlglot's MySQL dialect. Its tokenizer deals with quoting, comments and the case of
 keywords for every statement; its parse trees give TRUNCATE, DROP TABLE and the specifications of ALTER TABLE.
@@ -53,6 +54,7 @@ from airflow_cdc_provider.source.table_versions import (
 
 NOT_UNDERSTOOD = "statement not understood"
 ROWS_WITHOUT_ROW_EVENTS = "rows changed by a statement logged as SQL, not as row events"
+CREATED_AGAIN = "created again under a definition its row events may not show"
 
 # (kind, table, detail) for any table; only the captured tables' become SchemaChanges
 _Change = tuple[str, TableId, str]
@@ -561,19 +563,21 @@ def _drop_index(reader: _Reader) -> list[_Change] | None:
 
 
 def _create(reader: _Reader) -> list[_Change] | None:
-    """CREATE TABLE adds a table whose rows (of CREATE ... SELECT too) follow as row events: nothing to do. Only
-    MariaDB's CREATE OR REPLACE TABLE takes a table away, the one it replaces. Read from the statement's head, so
-    a column list sqlglot does not know changes nothing."""
+    """CREATE TABLE of a captured name creates it again (a logged CREATE, even with IF NOT EXISTS, created the
+    table: MariaDB does not log one that finds the table there): a resync, as its definition may differ from the
+    one the stream has for the name in ways its row events do not show (a FLOAT's scale, a BINARY's length).
+    MariaDB's CREATE OR REPLACE TABLE replaces the table: a resync too, whose re-snapshot replaces the sink's rows.
+    Read from the statement's head, so a column list sqlglot does not know changes nothing."""
     kind = reader.object_kind()
     if kind != "TABLE":
         return [] if kind in _ROWLESS_KINDS or kind == "INDEX" else None
     replaces = reader.words("OR", "REPLACE")
-    if reader.word("TEMPORARY") or not replaces:
+    if reader.word("TEMPORARY"):
         return []
     if reader.word("TABLE") is None:
         return None
     reader.words("IF", "NOT", "EXISTS")
-    return [(DROP, reader.table(), "replaced by CREATE OR REPLACE TABLE")]
+    return [(RESYNC, reader.table(), "replaced by CREATE OR REPLACE TABLE" if replaces else CREATED_AGAIN)]
 
 
 def _rename(reader: _Reader) -> list[_Change] | None:

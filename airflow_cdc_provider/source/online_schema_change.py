@@ -32,7 +32,9 @@ from airflow_cdc_provider.core.shadow_tables import (
     ALTERED, CREATED, CREATED_LIKE, OTHER, ShadowStatement, shadow_originals,
 )
 from airflow_cdc_provider.source.ddl import column_changes, named_tables, schema_changes, table_creation
-from airflow_cdc_provider.source.table_versions import ColumnChange
+from airflow_cdc_provider.source.table_versions import (
+    ADD_COLUMN, DROP_COLUMN, MODIFY_COLUMN, RENAME_COLUMN, ColumnChange,
+)
 
 _HINT = re.compile(r"_gho|_new", re.IGNORECASE)  # cheap test before a statement is parsed
 
@@ -108,4 +110,18 @@ def swapped_in_changes(notes: Sequence[ShadowStatement], shadow: TableId, swap: 
             alters.append((note.statement, parsed[1]))
     if len(alters) > 1:
         return f"{shadow} was altered {len(alters)} times (one ALTER is applied at the swap)"
+    reused = _names_reused(alters[0][1]) if alters else []
+    if reused:
+        return (f"{shadow}'s ALTER gives the name of a column it drops or renames away to another column "
+                f"({', '.join(reused)}): pt-online-schema-change copies that column's old values into it, gh-ost "
+                "does not, and the binlog does not say which tool ran")
     return alters[0] if alters else (create.statement, [])
+
+
+def _names_reused(changes: Sequence[ColumnChange]) -> list[str]:
+    """Names an ALTER takes from one column (dropped, or renamed away) and gives to another (added, or renamed
+    to): the tools' row copies differ there, pt-osc copying every column whose name both tables have."""
+    moved = [c for c in changes if c.kind in (RENAME_COLUMN, MODIFY_COLUMN) and c.final_name.lower() != c.name.lower()]
+    left = {c.name.lower() for c in changes if c.kind == DROP_COLUMN} | {c.name.lower() for c in moved}
+    arrived = {c.name.lower() for c in changes if c.kind == ADD_COLUMN} | {c.final_name.lower() for c in moved}
+    return sorted(left & arrived)

@@ -21,7 +21,6 @@ def _changes(db, server_id, start, end, schemas):
 
 
 def _write(db):
-    db.execute("CREATE TABLE seg (id INT PRIMARY KEY, v VARCHAR(200))")
     for i in range(1, 301):  # a transaction each (autocommit)
         db.execute("INSERT INTO seg VALUES (%s, %s)", (i, "x" * 150))
     db.execute("BEGIN")
@@ -39,7 +38,8 @@ def _write(db):
 
 
 def test_segments_concatenate_to_the_whole_range_and_start_at_transactions(source_db, server_id):
-    with source_db.connection() as conn:
+    source_db.execute("CREATE TABLE seg (id INT PRIMARY KEY, v VARCHAR(200))")  # before the range: its creation
+    with source_db.connection() as conn:  # in the range would be a resync (a name created again)
         start = current_offset(conn)
     _write(source_db)
     with source_db.connection() as conn:

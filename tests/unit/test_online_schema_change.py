@@ -132,3 +132,16 @@ def test_a_swap_that_stands_for_no_alter_the_stream_can_derive_says_why():
         "db._t_gho was altered 2 times (one ALTER is applied at the swap)")
     assert swap([note("like", 10), note("alter", 20, "ALTER TABLE _t_gho PARTITION BY HASH(id)")]) == (
         "db._t_gho was altered by a statement not understood")
+
+
+@pytest.mark.parametrize("alter, reused", [
+    ("ALTER TABLE _t_gho DROP COLUMN name, ADD COLUMN name INT DEFAULT 0", "name"),
+    ("ALTER TABLE _t_gho DROP COLUMN `Name`, ADD COLUMN name INT", "name"),
+    ("ALTER TABLE _t_gho RENAME COLUMN name TO title, ADD COLUMN name INT", "name"),
+    ("ALTER TABLE _t_gho DROP COLUMN name, CHANGE id name INT", "name"),
+])
+def test_a_swap_whose_alter_gives_a_columns_name_to_another_column_is_no_alter_applied_in_place(alter, reused):
+    """pt-osc copies every column whose name both tables have (the old values), gh-ost leaves a dropped column
+    out of its copy (the new column's DEFAULT): the binlog does not say which tool ran."""
+    why = swap([note("like", 10), note("alter", 20, alter)])
+    assert isinstance(why, str) and f"({reused})" in why and "pt-online-schema-change" in why, why
