@@ -16,7 +16,7 @@ from airflow.sdk import BaseHook
 from airflow_cdc_provider.core.offsets import BinlogOffset
 from airflow_cdc_provider.pipeline.connections import resolve_mysql
 from airflow_cdc_provider.source.connection import connect
-from airflow_cdc_provider.source.server import binlog_files, current_offset
+from airflow_cdc_provider.source.server import binlog_files, current_offset, gtid_history
 from airflow_cdc_provider.source.settings import ConnectionSettings
 
 
@@ -55,6 +55,10 @@ class MySqlCdcHook(BaseHook):
     def current_offset(self) -> BinlogOffset:
         with self.connection() as conn:
             return current_offset(conn)
+
+    def gtid_history(self) -> str | None:
+        with self.connection() as conn:
+            return gtid_history(conn)
 
     def binlog_files(self) -> list[str]:
         with self.connection() as conn:

@@ -21,13 +21,14 @@ def resume_offset(state) -> BinlogOffset | None:
     return seed.start if seed else None
 
 
-def went_back(resume: BinlogOffset, now: BinlogOffset) -> bool:
+def went_back(resume: BinlogOffset, now: BinlogOffset, gtids: str | None = None) -> bool:
     """Whether the server's binlog is behind ``resume`` (or has another base name), or lacks a transaction of
     ``resume``'s GTID position (a reset binlog grown past ``resume``'s file and position again): positions and
-    GTIDs only grow on a server, so it is not the binlog ``resume`` was read from."""
+    GTIDs only grow on a server, so it is not the binlog ``resume`` was read from. ``gtids``: the GTIDs the
+    server's binlog holds (``source.server.gtid_history``), else ``now``'s."""
     if split_binlog_file(resume.file)[0] != split_binlog_file(now.file)[0]:
         return True
-    return now.sort_key[:2] < resume.sort_key[:2] or gtids_went_back(resume.gtid, now.gtid)
+    return now.sort_key[:2] < resume.sort_key[:2] or gtids_went_back(resume.gtid, gtids or now.gtid)
 
 
 class BinlogRetentionSensor(BaseSensorOperator):
@@ -53,7 +54,7 @@ class BinlogRetentionSensor(BaseSensorOperator):
         hook = MySqlCdcHook(p.config.source.conn_id, settings=p.source)
         files = hook.binlog_files()
         now = hook.current_offset()
-        if went_back(start, now):
+        if went_back(start, now, hook.gtid_history()):
             raise AirflowFailException(
                 f"the stream must resume at {start}, but the source's binlog is at {now}, behind it or without its "
                 "transactions (GTIDs): the server's "

@@ -85,6 +85,18 @@ def current_offset(conn: Any, info: ServerInfo | None = None) -> BinlogOffset:
     return BinlogOffset(file, pos, gtid)
 
 
+def gtid_history(conn: Any, info: ServerInfo | None = None) -> str | None:
+    """The GTIDs the server's binlog holds: MariaDB's ``@@gtid_binlog_state`` (the last GTID of every domain and
+    server; ``@@gtid_binlog_pos`` has only the last one of each domain, whose sequence number may go down where
+    ``gtid_strict_mode`` is off), MySQL's executed set."""
+    info = info or server_info(conn)
+    if not info.is_mariadb:
+        return current_offset(conn, info).gtid
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@GLOBAL.gtid_binlog_state")
+        return cur.fetchone()[0] or None
+
+
 def binlog_files(conn: Any) -> list[tuple[str, int]]:
     """``SHOW BINARY LOGS``: the files still on the server, oldest first, with their sizes."""
     with conn.cursor() as cur:

@@ -8,7 +8,7 @@ import pytest
 
 from airflow_cdc_provider.core.offsets import BinlogOffset, split_binlog_file
 from airflow_cdc_provider.sensors.retention import BinlogRetentionSensor, went_back
-from airflow_cdc_provider.source.server import current_offset
+from airflow_cdc_provider.source.server import current_offset, gtid_history
 from airflow_cdc_provider.state.records import StreamSeed
 from airflow_cdc_provider.state.store import StateStore
 
@@ -74,3 +74,16 @@ MYSQL_A, MYSQL_B = "3e11fa47-71ca-11e1-9e33-c80aa9429562", "4e11fa47-71ca-11e1-9
 def test_went_back_by_gtid_where_the_position_grew_past_resume_again(resume, now, behind):
     at = BinlogOffset("mysql-bin.000042", 500, resume)
     assert went_back(at, BinlogOffset("mysql-bin.000050", 4, now)) is behind
+
+
+def test_a_domains_sequence_number_going_down_without_strict_mode_is_not_a_binlog_that_went_back(source_db):
+    """With ``gtid_strict_mode`` off, a replica's own writes beside its master's (or two masters of one domain)
+    can log a lower sequence number last: ``@@gtid_binlog_pos`` goes down, ``@@gtid_binlog_state`` keeps each
+    server's last."""
+    at = BinlogOffset("mysql-bin.000042", 500, "0-1-457547")
+    later = BinlogOffset("mysql-bin.000042", 900, "0-2-457546")
+    assert not went_back(at, later, "0-1-457547,0-2-457546")
+    assert went_back(at, later, "0-2-457546")  # RESET MASTER clears the state too: this is what it leaves
+    with source_db.connection() as conn:
+        state, now = gtid_history(conn), current_offset(conn)
+    assert now.gtid in state.split(",") and not went_back(now, now, state)
