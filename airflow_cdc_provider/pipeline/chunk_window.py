@@ -6,7 +6,10 @@
 3. ``HW`` = the binlog position now;
 4. if ``HW > LW``: read the binlog window ``[LW, HW)`` of the table and keep the last change of every key
    inside the chunks (``core.window``); folded onto the rows, they give the chunks exactly as of ``HW`` (after
-   a TRUNCATE in the window, onto no rows).
+   a TRUNCATE in the window, onto no rows);
+5. if an XA transaction prepared before ``LW`` committed in the window or just after it, or is still prepared
+   after the SELECT, the SELECT may have missed its rows, which the binlog holds before ``LW``: the window is read again
+   (``read_window_again``).
 
 ``read_window`` runs these steps for both readers: the Spark snapshot job (``spark.snapshot``, rows in a
 DataFrame, brought to ``HW`` by the sink's window: ``spark.window_fold``) and ``read_chunk`` below (rows in a
@@ -18,6 +21,7 @@ the fault injection switch use these points.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -45,6 +49,9 @@ T = TypeVar("T")
 Checkpoint = Callable[[str], None]
 CHECKPOINTS = ("after_low_watermark", "after_select", "after_high_watermark")
 PREPARED_XA_WAIT = 120.0  # seconds a chunk read waits for the XA transactions prepared at its LW to end
+WINDOW_ATTEMPTS = 10  # reads of a window an XA transaction prepared before its LW may take
+COMMIT_GRACE = 0.05  # seconds after HW in which an XA COMMIT in progress at HW reaches the binlog
+log = logging.getLogger("airflow_cdc.chunk_window")
 
 
 def no_checkpoint(point: str) -> None:
@@ -81,18 +88,68 @@ def read_window(conn: Any, info: ServerInfo, settings: ConnectionSettings, serve
     checkpoint("after_low_watermark")
     selected = select(low)
     checkpoint("after_select")
+    prepared = prepared_xa_transactions(conn)  # before HW: each one's prepare is in the binlog before HW
     high = current_offset(conn, info)
     checkpoint("after_high_watermark")
     _check_definition(conn, schema, high)
     changes = WindowChanges(low, high)
+    reader = TableChangeReader({schema.table: schema}, window=True)
     if high > low:
         records, changes.truncate = after_last_truncate(
-            read_changes_between(settings, server_id, low, high, {schema.table: schema},
-                                 TableChangeReader({schema.table: schema}, window=True)))
+            read_changes_between(settings, server_id, low, high, {schema.table: schema}, reader))
         if order.needs_database:
             order.prefetch([r.key for r in records] + [k for c in chunks for k in (c.start, c.end) if k is not None])
         changes.last, changes.applied = window_changes(records, chunk_locator(chunks, order))
+    _check_prepared_before(schema, low, reader, prepared, _commits_after(settings, server_id, schema, high, conn, info))
     return selected, changes
+
+
+def _commits_after(settings: ConnectionSettings, server_id: int, schema: TableSchema, high: BinlogOffset, conn: Any,
+                   info: ServerInfo) -> set[str]:
+    """The xids of XA transactions committed just after HW, prepared before it: a commit in progress at HW is in
+    neither ``XA RECOVER`` (the server takes the transaction off its list first) nor the binlog yet, and lands
+    there moments later (``COMMIT_GRACE``)."""
+    time.sleep(COMMIT_GRACE)
+    later = current_offset(conn, info)
+    if not later > high:
+        return set()
+    reader = TableChangeReader({schema.table: schema}, window=True, rows=False)
+    for _ in read_changes_between(settings, server_id, high, later, {schema.table: schema}, reader):
+        pass
+    return reader.xa_committed_unseen
+
+
+class PreparedBeforeWindow(SourceError):
+    """An XA transaction prepared before the low watermark ended after it, or may: read the window again."""
+
+
+def _check_prepared_before(schema: TableSchema, low: BinlogOffset, reader: TableChangeReader,
+                           prepared: list[str], committed_after: set[str]) -> None:
+    """The window holds no XA transaction prepared before its low watermark whose commit the SELECT may have
+    missed: none committed inside the window without ending there (``XA END`` in the window), none prepared
+    after the SELECT (``XA RECOVER`` just before HW, so its prepare is in the binlog before HW) or committed just
+    after HW (``committed_after``) that did not.
+    ``low_watermark``'s wait cannot promise it alone: the server writes a prepare to the binlog before ``XA
+    RECOVER`` lists it."""
+    unseen = sorted(reader.xa_committed_unseen | {x for x in [*prepared, *committed_after] if x not in reader.xa_ended})
+    if unseen:
+        raise PreparedBeforeWindow(
+            f"reading chunks of {schema.table} from {low}: XA transactions prepared before the low watermark "
+            f"committed after it, or may: {'; '.join(unseen[:5])}{' ...' if len(unseen) > 5 else ''}")
+
+
+def read_window_again(read: Callable[[], T], schema: TableSchema, attempts: int = WINDOW_ATTEMPTS) -> T:
+    """``read()`` (a whole window, steps 1-4 and what its caller does with them), again while an XA transaction
+    prepared before its low watermark makes it ``PreparedBeforeWindow``; after ``attempts``, that error."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return read()
+        except PreparedBeforeWindow as exc:
+            if attempt == attempts:
+                raise PreparedBeforeWindow(f"{exc}; still so after {attempts} reads of the window: end the XA "
+                                           "transactions on the source (XA RECOVER lists them), then retry") from exc
+            log.info("%s; reading the window again", exc)
+    raise AssertionError("unreachable")
 
 
 class PreparedTransactions(SourceError):
@@ -102,23 +159,25 @@ class PreparedTransactions(SourceError):
 def low_watermark(conn: Any, info: ServerInfo, schema: TableSchema, wait: float = PREPARED_XA_WAIT) -> BinlogOffset:
     """The binlog position now, taken when no XA transaction is prepared. A transaction prepared before LW has
     its rows logged at its XA PREPARE, before the window; if it committed after the SELECT, neither the SELECT
-    nor the window would hold them. ``XA RECOVER`` after LW (and so before the SELECT) lists every such
-    transaction; while it lists any, LW is taken again."""
-    deadline, pause = time.monotonic() + wait, 0.05
+    nor the window would hold them. ``XA RECOVER`` after LW (and so before the SELECT) lists such transactions
+    (all but one whose prepare the server is still finishing: ``_check_prepared_before`` catches that one);
+    while it lists any, LW is taken again, often at first (XA transactions are prepared for milliseconds), then
+    less often."""
+    started = time.monotonic()
     while True:
         low = current_offset(conn, info)
         prepared = prepared_xa_transactions(conn)
         if not prepared:
             return low
-        if time.monotonic() >= deadline:
+        waited = time.monotonic() - started
+        if waited >= wait:
             names = "; ".join(prepared[:5]) + (" ..." if len(prepared) > 5 else "")
             raise PreparedTransactions(
                 f"reading chunks of {schema.table}: XA transactions are still prepared after {wait:.0f} s: {names}. "
                 f"A chunk read cannot start while one is prepared (its rows were logged before the read and are "
                 f"not visible to it). End them on the source with XA COMMIT or XA ROLLBACK (XA RECOVER lists "
                 f"them); the task's retry then reads the chunks")
-        time.sleep(pause)
-        pause = min(pause * 2, 1.0)
+        time.sleep(0.005 if waited < 2 else 0.25)
 
 
 def _check_definition(conn: Any, schema: TableSchema, high: BinlogOffset) -> None:
@@ -182,9 +241,9 @@ def read_chunk(settings: ConnectionSettings, schema: TableSchema, chunk: Chunk, 
                     rows[key_of(row, schema.key_columns)] = row
             return rows
 
-        rows, changes = read_window(conn, server_info(conn), settings, server_id, schema,
-                                    DatabaseKeyOrder(conn, schema), [chunk], select,
-                                    (hooks or ChunkReadHooks()).checkpoint, prepared_wait)
+        rows, changes = read_window_again(lambda: read_window(
+            conn, server_info(conn), settings, server_id, schema, DatabaseKeyOrder(conn, schema), [chunk], select,
+            (hooks or ChunkReadHooks()).checkpoint, prepared_wait), schema)
     rows = fold_rows({} if changes.truncated else rows, changes.last)
     report, = chunk_reports([chunk], changes, {chunk.index: len(rows)}, time.monotonic() - t0)
     return ChunkReadResult(report, rows)

@@ -48,8 +48,8 @@ from airflow_cdc_provider.source.settings import ConnectionSettings
 from airflow_cdc_provider.source.table_definition import definition_difference
 from airflow_cdc_provider.source.table_versions import TableVersion, origins
 from airflow_cdc_provider.source.transactions import (
-    COMMITTED, GROUP_STARTS, PREPARED_GROUP, UNSURE, TransactionMark, committed, transaction_mark,
-    transactional_tables,
+    COMMITTED, GROUP_STARTS, PREPARED_COMMIT, PREPARED_GROUP, UNSURE, XA_END, TransactionMark, committed,
+    transaction_mark, transactional_tables,
 )
 from airflow_cdc_provider.source.values import RowCanonicalizer
 
@@ -105,6 +105,8 @@ class TableChangeReader:
         self.compiled = compiled
         self.covered_through = {t: k[:2] for t, k in (covered_through or {}).items()}
         self.held = set(held)
+        self.xa_ended: set[str] = set()  # xids of the XA transactions whose group this read saw (XA END)
+        self.xa_committed_unseen: set[str] = set()  # xids committed here, prepared before the read
         self.events = {"compiled": 0, "library": 0}  # row events decoded each way
         self._decoders: dict[int, tuple[Any, RowDecoder | None]] = {}  # table id -> (its table map, plan)
         self._definitions: dict[int, tuple[Any, str | None]] = {}  # table id -> (its table map, its difference)
@@ -198,6 +200,18 @@ class TableChangeReader:
             return evolved
         return SchemaChange(RESYNC, table, change.statement, f"{change.detail}; not applied in place: {recorded}",
                             change.position)
+
+    def passed_on(self, mark: TransactionMark) -> list[SchemaChange]:
+        """A mark ``committed`` passed on: an XA transaction's xid noted (``xa_ended``; the commit of one this
+        read did not see end, in ``xa_committed_unseen``), or a rollback whose undone rows are not known."""
+        if mark.kind == XA_END:
+            self.xa_ended.add(mark.xid)
+        elif mark.kind == PREPARED_COMMIT:
+            if mark.xid not in self.xa_ended:
+                self.xa_committed_unseen.add(mark.xid)
+        else:
+            return self.unknown_rollback(mark)
+        return []
 
     def unknown_rollback(self, mark: TransactionMark) -> list[SchemaChange]:
         """A rollback whose undone rows are not known: a ROLLBACK or SAVEPOINT statement not read (its mark names
@@ -455,8 +469,8 @@ def read_changes_between(
     reader = reader or TableChangeReader(schemas)
     for item in committed(_events_read(settings, server_id, start, stop, schemas, reader),
                           transactional_tables(partial(connect, settings))):
-        if isinstance(item, TransactionMark):  # a prepared XA transaction rolled back, or a rollback not read
-            yield from reader.unknown_rollback(item)
+        if isinstance(item, TransactionMark):
+            yield from reader.passed_on(item)
         else:
             yield item
 

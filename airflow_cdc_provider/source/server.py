@@ -105,16 +105,16 @@ def binlog_files(conn: Any) -> list[tuple[str, int]]:
 
 
 def prepared_xa_transactions(conn: Any) -> list[str]:
-    """``XA RECOVER``: the xids of the XA transactions prepared now, whose outcome is not logged yet."""
+    """``XA RECOVER``: the xids (``source.transactions.xid_of``) of the XA transactions prepared now, whose
+    outcome is not logged yet."""
+    from airflow_cdc_provider.source.transactions import xid_of
+
     with conn.cursor() as cur:
         cur.execute("XA RECOVER")
-        return [_xid(row) for row in cur.fetchall()]
-
-
-def _xid(row: tuple) -> str:
-    """An ``XA RECOVER`` row (formatID, gtrid_length, bqual_length, data) as the xid of ``XA COMMIT <xid>``."""
-    data = row[3].decode("utf-8", "replace") if isinstance(row[3], (bytes, bytearray)) else str(row[3])
-    gtrid_length, bqual_length, format_id = int(row[1]), int(row[2]), int(row[0])
-    parts = [data[:gtrid_length]] + ([data[gtrid_length:gtrid_length + bqual_length]] if bqual_length else [])
-    xid = ", ".join("'" + part.replace("'", "''") + "'" for part in parts)
-    return xid + (f", {format_id}" if format_id != 1 else "")
+        out = []
+        for format_id, gtrid_length, bqual_length, data in cur.fetchall():
+            data = data if isinstance(data, (bytes, bytearray)) else str(data).encode("utf-8", "surrogateescape")
+            gtrid_length, bqual_length = int(gtrid_length), int(bqual_length)
+            out.append(xid_of(int(format_id), bytes(data[:gtrid_length]),
+                              bytes(data[gtrid_length:gtrid_length + bqual_length])))
+        return out

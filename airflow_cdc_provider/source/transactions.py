@@ -11,7 +11,9 @@ the schema changes.
 XA: a prepared transaction's group ends at ``XA PREPARE``, and ``XA COMMIT`` or ``XA ROLLBACK`` follows in a
 later group of its own, which does not say what the transaction changed. The rows are taken at the prepare
 (most prepared transactions commit); ``XA ROLLBACK`` after it is a ``PREPARED_ROLLBACK`` mark, and the reader
-re-snapshots the captured tables (``TableChangeReader.unknown_rollback``).
+re-snapshots the captured tables (``TableChangeReader.unknown_rollback``). ``XA END`` and the ``XA COMMIT`` of
+a prepared transaction are passed on with the transaction's xid: a chunk window that meets the commit of one it did
+not see end was prepared before its low watermark, and its SELECT may have missed the rows.
 """
 
 from __future__ import annotations
@@ -34,8 +36,10 @@ ROLLBACK = "rollback"
 SAVEPOINT = "savepoint"
 ROLLBACK_TO = "rollback_to"
 PREPARED_ROLLBACK = "prepared_rollback"  # XA ROLLBACK of a transaction prepared in an earlier group
+XA_END = "xa_end"  # XA END <xid>: the xid of the XA transaction whose group this is
+PREPARED_COMMIT = "prepared_commit"  # XA COMMIT <xid> of a transaction prepared in an earlier group
 UNSURE = "unsure"  # a ROLLBACK or SAVEPOINT not read: what it undid is not known
-OTHER = "other"  # RELEASE SAVEPOINT, XA END, an XA COMMIT of a prepared transaction: nothing to do
+OTHER = "other"  # RELEASE SAVEPOINT, other XA statements: nothing to do
 
 # engines whose changes a rollback undoes (information_schema.TABLES.ENGINE); any other keeps them
 TRANSACTIONAL_ENGINES = frozenset({"innodb", "xtradb", "rocksdb", "tokudb"})
@@ -53,6 +57,8 @@ _MARKS = [
     (re.compile(r"COMMIT\b|XA\s+COMMIT\b.*\bONE\s+PHASE\b", re.I | re.S), COMMIT),
     (re.compile(r"XA\s+PREPARE\b", re.I), PREPARED),
     (re.compile(r"XA\s+ROLLBACK\b", re.I), PREPARED_ROLLBACK),
+    (re.compile(r"XA\s+END\s+(.+)", re.I | re.S), XA_END),
+    (re.compile(r"XA\s+COMMIT\s+(.+)", re.I | re.S), PREPARED_COMMIT),
     (re.compile(r"RELEASE\s+SAVEPOINT\b|XA\b", re.I), OTHER),
 ]
 
@@ -66,6 +72,7 @@ class TransactionMark:
     savepoint: str | None = None
     position: EventPosition | None = None
     tables: frozenset[TableId] = frozenset()  # an UNSURE mark passed on: the tables whose rows it may have undone
+    xid: str | None = None  # XA END, XA COMMIT: the transaction's xid (``canonical_xid``)
 
 
 COMMITTED = TransactionMark(COMMIT)  # an XID event
@@ -81,15 +88,27 @@ def transaction_mark(statement: str, position: EventPosition | None = None) -> T
         m = pattern.match(text)
         if m is not None:
             name = unquote_ident(m.group(1)).lower() if kind in (SAVEPOINT, ROLLBACK_TO) else None
-            return TransactionMark(kind, name, position)
+            xid = canonical_xid(m.group(1)) if kind in (XA_END, PREPARED_COMMIT) else None
+            return TransactionMark(kind, name, position, xid=xid)
     return None
+
+
+def canonical_xid(text: str) -> str:
+    """An xid as the server writes it in XA statements of the binlog (``X'6162',X'',1``), comparable with
+    ``xid_of`` (``XA RECOVER``'s)."""
+    return re.sub(r"\s+", "", text).lower()
+
+
+def xid_of(format_id: int, gtrid: bytes, bqual: bytes) -> str:
+    """The xid of an ``XA RECOVER`` row as ``canonical_xid`` gives it, and as ``XA COMMIT`` takes it."""
+    return f"x'{gtrid.hex()}',x'{bqual.hex()}',{format_id}"
 
 
 def committed(items: Iterable[object],
               transactional: Callable[[Collection[TableId]], set[TableId]]) -> Iterator[object]:
     """``items`` (records, schema changes and ``TransactionMark``s, in binlog order) less the rows a rollback
     undid, without the marks; ``transactional(tables)``: which of ``tables`` a rollback undoes. Passed on as marks:
-    the rollback of an XA transaction prepared before (``tables``: those of the XA transactions this read saw
+    XA END and XA COMMIT (with their xids), the rollback of an XA transaction prepared before (``tables``: those of the XA transactions this read saw
     prepared), and a ROLLBACK or SAVEPOINT that is not read (``tables``: those whose rows it may have undone).
     Records outside a group pass at once; a read that ends inside one (it cannot, as reads end at transaction
     boundaries) lets its records through."""
@@ -103,7 +122,9 @@ def committed(items: Iterable[object],
             else:
                 buffer.append(item)
             continue
-        if item.kind == BEGIN:  # a group's GTID event, then (MySQL) its BEGIN
+        if item.kind in (XA_END, PREPARED_COMMIT):  # passed on as they come: they undo nothing
+            yield item
+        elif item.kind == BEGIN:  # a group's GTID event, then (MySQL) its BEGIN
             if buffer:  # a group without a commit: a statement logged on its own
                 yield from buffer
             buffer, savepoints = [], {}

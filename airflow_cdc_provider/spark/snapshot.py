@@ -34,7 +34,7 @@ from airflow_cdc_provider.core.chunks import Chunk, TableId
 from airflow_cdc_provider.core.keys import Key
 from airflow_cdc_provider.core.offsets import BinlogOffset
 from airflow_cdc_provider.core.reports import ChunkReport
-from airflow_cdc_provider.pipeline.chunk_window import chunk_reports, read_window
+from airflow_cdc_provider.pipeline.chunk_window import chunk_reports, read_window, read_window_again
 from airflow_cdc_provider.pipeline.faults import FaultSwitch
 from airflow_cdc_provider.pipeline.jobspec import JobSpec
 from airflow_cdc_provider.sinks.base import CHUNK_COLUMN
@@ -187,6 +187,11 @@ class SnapshotJob:
             self.faults.hit(point, c.split_id)
 
     def read_window(self, conn, info, schema, types, order, chunks: list[Chunk]) -> list[ChunkReport]:
+        """The window's chunks read (again, as a retried window, while an XA transaction prepared before its low
+        watermark may have hidden rows from its SELECT) and published."""
+        return read_window_again(lambda: self._read_window(conn, info, schema, types, order, chunks), schema)
+
+    def _read_window(self, conn, info, schema, types, order, chunks: list[Chunk]) -> list[ChunkReport]:
         table, epoch = str(schema.table), chunks[0].epoch
         indexes = [c.index for c in chunks]
         retried = self.store.mark_window_started(table, epoch, indexes)

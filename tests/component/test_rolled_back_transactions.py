@@ -16,6 +16,7 @@ from airflow_cdc_provider.core.schema_changes import SchemaChange
 from airflow_cdc_provider.source.binlog import TableChangeReader, read_changes_between
 from airflow_cdc_provider.source.schema import load_schema
 from airflow_cdc_provider.source.server import current_offset
+from airflow_cdc_provider.source.transactions import xid_of
 
 READERS = pytest.mark.parametrize("compiled", [True, False], ids=["packet-reader", "library-reader"])
 
@@ -162,3 +163,24 @@ def test_a_chunk_windows_read_re_snapshots_only_for_an_xa_transaction_it_saw_pre
     run(db, "XA ROLLBACK 'late'")
     stop = offset(db)
     assert [r.kind if isinstance(r, SchemaChange) else (r.op, r.key) for r in window_read()] == [("c", (3,)), "resync"]
+
+
+@READERS
+def test_a_read_knows_the_xa_transactions_it_saw_end_and_those_committed_without_it(source_db, server_id, compiled):
+    """A chunk window that meets the XA COMMIT of a transaction it did not see end was read after that transaction's
+    prepare: its SELECT may have missed the rows (``chunk_window._check_prepared_before``)."""
+    db = source_db
+    db.execute("CREATE TABLE orders (id INT PRIMARY KEY, v INT)")
+    schemas = schemas_of(db, "orders")
+    run(db, "XA START 'before'", "INSERT INTO orders VALUES (1, 1)", "XA END 'before'", "XA PREPARE 'before'")
+    start = offset(db)
+    run(db, "XA START 'inside', 'b', 7", "INSERT INTO orders VALUES (2, 2)", "XA END 'inside', 'b', 7",
+        "XA PREPARE 'inside', 'b', 7")
+    run(db, "XA COMMIT 'before'")
+    run(db, "XA COMMIT 'inside', 'b', 7")
+    stop = offset(db)
+    reader = TableChangeReader(schemas, compiled=compiled, window=True)
+    got = list(read_changes_between(db.settings, server_id, start, stop, schemas, reader))
+    assert [(r.op, r.key) for r in got] == [("c", (2,))]
+    inside, before = xid_of(7, b"inside", b"b"), xid_of(1, b"before", b"")
+    assert reader.xa_ended == {inside} and reader.xa_committed_unseen == {before}

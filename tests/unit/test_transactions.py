@@ -7,7 +7,8 @@ from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.offsets import EventPosition
 from airflow_cdc_provider.core.records import ChangeRecord
 from airflow_cdc_provider.source.transactions import (
-    COMMITTED, GROUP_STARTS, PREPARED_GROUP, PREPARED_ROLLBACK, UNSURE, TransactionMark, committed, transaction_mark,
+    COMMITTED, GROUP_STARTS, PREPARED_COMMIT, PREPARED_GROUP, PREPARED_ROLLBACK, UNSURE, XA_END, TransactionMark,
+    committed, transaction_mark, xid_of,
 )
 
 INNO, MYISAM = TableId("db", "inno"), TableId("db", "myisam")
@@ -50,7 +51,18 @@ def test_a_rollback_that_is_not_read_re_snapshots_the_tables_it_may_have_undone(
 def test_an_xa_transaction_rolled_back_in_its_own_group_is_a_rollback():
     """Without XA PREPARE its rows never counted (MariaDB writes no XA START statement in the group)."""
     assert run(GROUP_STARTS, row(INNO, 1), row(MYISAM, 2), mark("XA END X'31'"), mark("XA ROLLBACK X'31'")) == [
-        ("myisam", 2)]
+        (XA_END, []), ("myisam", 2)]
+
+
+def test_xa_end_and_the_commit_of_a_prepared_transaction_are_passed_on_with_their_xid():
+    """A chunk window compares them: the commit of a transaction it did not see end was prepared before it."""
+    items = [GROUP_STARTS, row(INNO, 1), mark("XA END X'31',X'',1"), PREPARED_GROUP, GROUP_STARTS,
+             mark("XA COMMIT X'31',X'',1"), GROUP_STARTS, mark("xa commit x'32', x'0a', 7")]
+    got = list(committed(items, lambda tables: set(tables)))
+    marks = [(m.kind, m.xid) for m in got if isinstance(m, TransactionMark)]
+    assert marks == [(XA_END, "x'31',x'',1"), (PREPARED_COMMIT, "x'31',x'',1"), (PREPARED_COMMIT, "x'32',x'0a',7")]
+    assert xid_of(7, b"2", b"\n") == "x'32',x'0a',7"
+    assert transaction_mark("XA COMMIT X'31' ONE PHASE").kind == "commit"
 
 
 def test_the_rollback_of_a_prepared_xa_transaction_names_the_tables_this_read_saw_prepared():
