@@ -12,7 +12,7 @@ from airflow_cdc_provider.core.chunks import ChunkTask
 from airflow_cdc_provider.operators.dag_run import is_backfill, snapshots_under_way
 from airflow_cdc_provider.pipeline.plan import plan_chunks, startup_seed
 from airflow_cdc_provider.pipeline.resolve import load_pipeline
-from airflow_cdc_provider.pipeline.table_schemas import dropped_tables, pending_resyncs
+from airflow_cdc_provider.pipeline.table_schemas import dropped_tables, resnapshots_due
 from airflow_cdc_provider.source.validation import SourceValidationError
 from airflow_cdc_provider.state.records import PlannedSnapshot, TablePlan
 
@@ -85,7 +85,7 @@ class PlanChunksOperator(BaseOperator):
             self.log.info("stream.startup %s: no snapshot; the stream starts at %s (recorded now)",
                           p.stream.startup, seed.start)
 
-        resyncs = {} if backfill else pending_resyncs(p.state)
+        resyncs = {} if backfill else resnapshots_due(p.state, p.source_tables)
         for name, change in resyncs.items():
             self.log.warning("%s: re-snapshotted now, as the stream's schema change asks", change.describe())
 

@@ -63,6 +63,14 @@ class Pipeline:
         applied = dropped_tables(self.state)
         return found + sorted(t for t in before - existing if t not in found and t not in applied)
 
+    def source_tables(self) -> set[str]:
+        """Every table on the source now (``db.t``), captured or not."""
+        from airflow_cdc_provider.source.connection import connect
+        from airflow_cdc_provider.source.schema import list_tables
+
+        with contextlib.closing(connect(self.source)) as conn:
+            return {str(t) for t in list_tables(conn)}
+
     def captured_before(self) -> set[str]:
         """The tables this pipeline has snapshotted or streamed: one of them missing on the source was dropped or
         renamed away, not misspelt."""

@@ -7,13 +7,16 @@ table dropped before the stream reached its last changes is still decoded up to 
 
 What the stream met (``StateStore.schema_changes``) steers later runs: a table with a ``resync`` newer than
 its current snapshot is re-snapshotted by the next plan step; a table whose last change is a ``drop`` and
-that no longer exists on the source is left out of planning, with a warning, and its runs succeed.
+that no longer exists on the source is left out of planning, with a warning, and its runs succeed. A table whose
+drop was read but that the source has (renamed back, or another table renamed into its name later than the
+stream has read, or a session's TEMPORARY table of its name renamed, which the binlog logs as the table's) is
+re-snapshotted too (``resnapshots_due``).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.schema_changes import DROP, RESYNC, SchemaChange
@@ -59,6 +62,21 @@ def pending_resyncs(store: StateStore) -> dict[str, SchemaChange]:
         if change.kind == RESYNC and name not in out and _not_covered(change, finished.get(name)):
             out[name] = change
     return out
+
+
+def resnapshots_due(store: StateStore, source_tables: Callable[[], Collection[str]]) -> dict[str, SchemaChange]:
+    """The tables the next plan step re-snapshots, with why: each pending resync, and each table whose drop the
+    stream read though the source has a table of its name (``source_tables()``: the source's tables, asked only
+    when a drop was read)."""
+    due = pending_resyncs(store)
+    dropped = dropped_tables(store)
+    present = source_tables() if dropped else ()
+    for name, drop in dropped.items():
+        if name in present and name not in due:
+            due[name] = SchemaChange(RESYNC, drop.table, drop.statement, f"{drop.detail}, yet the source has a table "
+                                     "of its name (renamed back or into it, or the rename of a TEMPORARY table of "
+                                     "its name, which the binlog logs as the table's)", drop.position)
+    return due
 
 
 def dropped_tables(store: StateStore) -> dict[str, SchemaChange]:

@@ -10,6 +10,7 @@ own readers, the jdbc mirror is read with plain SQL and the parquet sink with py
 
 from __future__ import annotations
 
+import contextlib
 import struct
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import pytest
 
 from airflow_cdc_provider.core.chunks import SplitOptions
 from airflow_cdc_provider.pipeline.plan import plan_chunks
-from airflow_cdc_provider.pipeline.table_schemas import dropped_tables, pending_resyncs
+from airflow_cdc_provider.pipeline.table_schemas import dropped_tables, pending_resyncs, resnapshots_due
 from airflow_cdc_provider.sinks.parquet_arrow import read_current_state
 from airflow_cdc_provider.sinks.postgres import mirror_table_name
 from airflow_cdc_provider.sinks.registry import open_sink
@@ -204,6 +205,37 @@ def test_a_table_dropped_and_created_again_under_another_definition_converges_af
         k: as_float32_and_bytes(r) for k, r in want.items()}
     assert sorted(want) == [(i,) for i in (*range(6, 16), 100)]
     assert round(want[(6,)][1], 4) == 6.1234 and want[(6,)][2] == b"ab"
+
+
+@pytest.mark.parametrize("sink_type", ["parquet", "jdbc"])
+def test_a_temporary_tables_rename_read_as_the_drop_of_the_table_it_shadows_is_re_snapshotted(
+        source_db, tmp_path, spark, postgres, sink_type):
+    """A session's TEMPORARY table named as a captured table, renamed: the binlog logs the RENAME as it would the
+    real table's, and the stream reads a drop. The next plan step sees the table still on the source and
+    re-snapshots it."""
+    db = source_db
+    make_tables(db, rows=30)
+    p = make_pipeline(db, tmp_path, postgres, sink_type)
+    snapshot_all(p)
+    with contextlib.closing(db.server.app_connection(db.name)) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TEMPORARY TABLE t (id INT PRIMARY KEY)")
+        cur.execute("RENAME TABLE t TO t_scratch")
+    db.execute("UPDATE t SET qty = -1 WHERE id <= 5")
+    db.execute("DELETE FROM t WHERE id = 30")
+    p.stream()
+    assert [(c.kind, c.table.table) for c in p.state.schema_changes()] == [("drop", "t")]
+    due = resnapshots_due(p.state, lambda: {db.table("t"), db.table("other")})
+    assert list(due) == [db.table("t")] and "TEMPORARY" in due[db.table("t")].detail
+    assert resnapshots_due(p.state, lambda: {db.table("other")}) == {}  # really dropped: left alone
+
+    q = make_pipeline(db, tmp_path, postgres, sink_type, tables=("t",))
+    q.snapshot(q.plan())
+    q.collect()
+    assert resnapshots_due(p.state, lambda: {db.table("t"), db.table("other")}) == {}
+    db.execute("UPDATE t SET name = 'after' WHERE id = 7")
+    p.stream()
+    for table in ("t", "other"):
+        assert_sink_equals_source(p, spark, postgres, db, sink_type, table)
 
 
 def as_float32_and_bytes(row):
