@@ -1,6 +1,6 @@
 """The watermark read of consecutive chunks of one table (DBLog / Flink CDC 2.0), without locks, step by step.
 
-1. ``LW`` = the binlog position now, taken when no XA transaction is prepared (``low_watermark``);
+1. ``LW`` = the binlog position now, once the XA transactions prepared at it have ended (``low_watermark``);
 2. SELECT the chunks' rows (autocommit, no lock, no ORDER BY); the read must happen here, between the
    watermarks;
 3. ``HW`` = the binlog position now;
@@ -84,7 +84,7 @@ def read_window(conn: Any, info: ServerInfo, settings: ConnectionSettings, serve
                 ) -> tuple[T, WindowChanges]:
     """Steps 1-4 for the consecutive ``chunks``: ``select(low_watermark)`` reads their rows (and must force the
     read); returns what it returned and the window's changes, ready to fold."""
-    low = low_watermark(conn, info, schema, prepared_wait)
+    low, ended_before_select = low_watermark(conn, info, schema, prepared_wait)
     checkpoint("after_low_watermark")
     selected = select(low)
     checkpoint("after_select")
@@ -100,7 +100,8 @@ def read_window(conn: Any, info: ServerInfo, settings: ConnectionSettings, serve
         if order.needs_database:
             order.prefetch([r.key for r in records] + [k for c in chunks for k in (c.start, c.end) if k is not None])
         changes.last, changes.applied = window_changes(records, chunk_locator(chunks, order))
-    _check_prepared_before(schema, low, reader, prepared, _commits_after(settings, server_id, schema, high, conn, info))
+    _check_prepared_before(schema, low, reader, prepared, _commits_after(settings, server_id, schema, high, conn, info),
+                           ended_before_select)
     return selected, changes
 
 
@@ -124,14 +125,16 @@ class PreparedBeforeWindow(SourceError):
 
 
 def _check_prepared_before(schema: TableSchema, low: BinlogOffset, reader: TableChangeReader,
-                           prepared: list[str], committed_after: set[str]) -> None:
+                           prepared: list[str], committed_after: set[str], ended_before_select: set[str]) -> None:
     """The window holds no XA transaction prepared before its low watermark whose commit the SELECT may have
     missed: none committed inside the window without ending there (``XA END`` in the window), none prepared
     after the SELECT (``XA RECOVER`` just before HW, so its prepare is in the binlog before HW) or committed just
-    after HW (``committed_after``) that did not.
+    after HW (``committed_after``) that did not, but those ``low_watermark`` waited for (``ended_before_select``:
+    their commits are visible to the SELECT).
     ``low_watermark``'s wait cannot promise it alone: the server writes a prepare to the binlog before ``XA
     RECOVER`` lists it."""
-    unseen = sorted(reader.xa_committed_unseen | {x for x in [*prepared, *committed_after] if x not in reader.xa_ended})
+    unseen = sorted((reader.xa_committed_unseen | {x for x in [*prepared, *committed_after] if x not in reader.xa_ended})
+                    - ended_before_select)
     if unseen:
         raise PreparedBeforeWindow(
             f"reading chunks of {schema.table} from {low}: XA transactions prepared before the low watermark "
@@ -156,28 +159,30 @@ class PreparedTransactions(SourceError):
     """XA transactions stayed prepared for longer than a chunk read waits to take its low watermark."""
 
 
-def low_watermark(conn: Any, info: ServerInfo, schema: TableSchema, wait: float = PREPARED_XA_WAIT) -> BinlogOffset:
-    """The binlog position now, taken when no XA transaction is prepared. A transaction prepared before LW has
-    its rows logged at its XA PREPARE, before the window; if it committed after the SELECT, neither the SELECT
-    nor the window would hold them. ``XA RECOVER`` after LW (and so before the SELECT) lists such transactions
-    (all but one whose prepare the server is still finishing: ``_check_prepared_before`` catches that one);
-    while it lists any, LW is taken again, often at first (XA transactions are prepared for milliseconds), then
-    less often."""
+def low_watermark(conn: Any, info: ServerInfo, schema: TableSchema,
+                  wait: float = PREPARED_XA_WAIT) -> tuple[BinlogOffset, set[str]]:
+    """The binlog position now, once the XA transactions prepared at it have ended, and their xids. A transaction prepared before
+    LW has its rows logged at its XA PREPARE, before the window; if it committed after the SELECT, neither the
+    SELECT nor the window would hold them. ``XA RECOVER`` after LW lists such transactions (all but one whose
+    prepare the server is still finishing: ``_check_prepared_before`` catches that one); the read waits until
+    none of those is listed (committed ones are then visible to the SELECT), looking often at first (XA
+    transactions are prepared for milliseconds), then less often."""
     started = time.monotonic()
-    while True:
-        low = current_offset(conn, info)
-        prepared = prepared_xa_transactions(conn)
-        if not prepared:
-            return low
+    low = current_offset(conn, info)
+    prepared = set(prepared_xa_transactions(conn))
+    ended = set(prepared)
+    while prepared:
         waited = time.monotonic() - started
         if waited >= wait:
-            names = "; ".join(prepared[:5]) + (" ..." if len(prepared) > 5 else "")
+            names = "; ".join(sorted(prepared)[:5]) + (" ..." if len(prepared) > 5 else "")
             raise PreparedTransactions(
                 f"reading chunks of {schema.table}: XA transactions are still prepared after {wait:.0f} s: {names}. "
                 f"A chunk read cannot start while one is prepared (its rows were logged before the read and are "
                 f"not visible to it). End them on the source with XA COMMIT or XA ROLLBACK (XA RECOVER lists "
                 f"them); the task's retry then reads the chunks")
         time.sleep(0.005 if waited < 2 else 0.25)
+        prepared &= set(prepared_xa_transactions(conn))
+    return low, ended
 
 
 def _check_definition(conn: Any, schema: TableSchema, high: BinlogOffset) -> None:

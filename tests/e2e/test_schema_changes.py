@@ -174,68 +174,55 @@ def test_truncate_alter_and_drop_each_at_its_position_then_the_held_table_conver
 
 
 @pytest.mark.parametrize("sink_type", ["parquet", "jdbc"])
-def test_a_table_dropped_and_created_again_under_another_definition_converges_after_its_resnapshot(
-        source_db, tmp_path, spark, postgres, sink_type):
-    """The new definition's row events look like the old one's (a FLOAT's scale, a BINARY's length are not in
-    them): the CREATE is a resync, and the re-snapshot reads the new table, whose values the old definition would
-    have rounded and padded."""
+def test_a_table_created_again_and_a_temporary_tables_rename_are_re_snapshotted(source_db, tmp_path, spark, postgres,
+                                                                               sink_type):
+    """``m`` is dropped and created again under a definition whose row events look like the old one's (a FLOAT's
+    scale, a BINARY's length are not in them): the CREATE is a resync, and the re-snapshot reads the rows the old
+    definition would have rounded and padded. ``t`` is shadowed by a session's TEMPORARY table that is renamed:
+    the binlog logs the RENAME as it would the real table's, the stream reads a drop, and the next plan step,
+    seeing ``t`` still on the source, re-snapshots it."""
     db = source_db
     db.execute("CREATE TABLE m (id INT PRIMARY KEY, f FLOAT(7,2), b BINARY(4))")
     db.executemany("INSERT INTO m VALUES (%s, %s, %s)", [(i, i + 0.25, b"old") for i in range(1, 31)])
-    make_tables(db, rows=10)
-    p = make_pipeline(db, tmp_path, postgres, sink_type, tables=("m", "other"))
+    make_tables(db, rows=30)
+    p = make_pipeline(db, tmp_path, postgres, sink_type, tables=("m", "t", "other"))
     snapshot_all(p)
 
     db.execute("UPDATE m SET f = 9.5 WHERE id = 1")  # pending when the table goes
     db.execute("DROP TABLE m")
     db.execute("CREATE TABLE m (id INT PRIMARY KEY, f FLOAT(7,4), b VARBINARY(8))")
     db.executemany("INSERT INTO m VALUES (%s, %s, %s)", [(i, i + 0.1234, b"ab") for i in range(5, 16)])
+    with contextlib.closing(db.server.app_connection(db.name)) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TEMPORARY TABLE t (id INT PRIMARY KEY)")
+        cur.execute("RENAME TABLE t TO t_scratch")
+    db.execute("UPDATE t SET qty = -1 WHERE id <= 5")
+    db.execute("DELETE FROM t WHERE id = 30")
     db.execute("UPDATE other SET v = -5 WHERE id = 2")  # another table keeps streaming
     p.stream()
-    assert [(c.kind, c.table.table) for c in p.state.schema_changes()] == [("drop", "m"), ("resync", "m")]
+    assert [(c.kind, c.table.table) for c in p.state.schema_changes()] == [
+        ("drop", "m"), ("resync", "m"), ("drop", "t")]
     assert_sink_equals_source(p, spark, postgres, db, sink_type, "other")
+    present = {db.table(n) for n in ("m", "t", "other")}
+    due = resnapshots_due(p.state, lambda: present)
+    assert sorted(due) == sorted([db.table("m"), db.table("t")]) and "TEMPORARY" in due[db.table("t")].detail
+    assert list(resnapshots_due(p.state, lambda: present - {db.table("t")})) == [db.table("m")]  # t really gone
 
-    resnapshot(p, db, tmp_path, postgres, sink_type, table="m")
+    q = make_pipeline(db, tmp_path, postgres, sink_type, tables=("m", "t"))
+    q.snapshot(q.plan())
+    q.collect()
+    assert resnapshots_due(p.state, lambda: present) == {}
     db.execute("INSERT INTO m VALUES (100, 2.5678, 'xyz')")
     db.execute("DELETE FROM m WHERE id = 5")
+    db.execute("UPDATE t SET name = 'after' WHERE id = 7")
     p.stream()
+    for table in ("t", "other"):
+        assert_sink_equals_source(p, spark, postgres, db, sink_type, table)
     want = source_rows(db, "m")
     assert sink_rows(spark, p.sink, p.secrets, table_types(db, "m")) == want
     assert {k: as_float32_and_bytes(r) for k, r in independent_rows(p, postgres, db, sink_type, "m").items()} == {
         k: as_float32_and_bytes(r) for k, r in want.items()}
     assert sorted(want) == [(i,) for i in (*range(6, 16), 100)]
     assert round(want[(6,)][1], 4) == 6.1234 and want[(6,)][2] == b"ab"
-
-
-@pytest.mark.parametrize("sink_type", ["parquet", "jdbc"])
-def test_a_temporary_tables_rename_read_as_the_drop_of_the_table_it_shadows_is_re_snapshotted(
-        source_db, tmp_path, spark, postgres, sink_type):
-    """A session's TEMPORARY table named as a captured table, renamed: the binlog logs the RENAME as it would the
-    real table's, and the stream reads a drop. The next plan step sees the table still on the source and
-    re-snapshots it."""
-    db = source_db
-    make_tables(db, rows=30)
-    p = make_pipeline(db, tmp_path, postgres, sink_type)
-    snapshot_all(p)
-    with contextlib.closing(db.server.app_connection(db.name)) as conn, conn.cursor() as cur:
-        cur.execute("CREATE TEMPORARY TABLE t (id INT PRIMARY KEY)")
-        cur.execute("RENAME TABLE t TO t_scratch")
-    db.execute("UPDATE t SET qty = -1 WHERE id <= 5")
-    db.execute("DELETE FROM t WHERE id = 30")
-    p.stream()
-    assert [(c.kind, c.table.table) for c in p.state.schema_changes()] == [("drop", "t")]
-    due = resnapshots_due(p.state, lambda: {db.table("t"), db.table("other")})
-    assert list(due) == [db.table("t")] and "TEMPORARY" in due[db.table("t")].detail
-    assert resnapshots_due(p.state, lambda: {db.table("other")}) == {}  # really dropped: left alone
-
-    q = make_pipeline(db, tmp_path, postgres, sink_type, tables=("t",))
-    q.snapshot(q.plan())
-    q.collect()
-    assert resnapshots_due(p.state, lambda: {db.table("t"), db.table("other")}) == {}
-    db.execute("UPDATE t SET name = 'after' WHERE id = 7")
-    p.stream()
-    for table in ("t", "other"):
-        assert_sink_equals_source(p, spark, postgres, db, sink_type, table)
 
 
 def as_float32_and_bytes(row):
