@@ -7,10 +7,11 @@ row event, so the stream must see them as events too:
   with an older version disappear, later changes apply normally.
 * ``drop``: the table left the source (DROP TABLE, a rename to another name). Applied like a truncate; the
   sinks keep nothing of it current and mark it dropped.
-* ``resync``: the table's rows or definition changed in a way the binlog does not spell out row by row (an
-  ALTER that adds, drops, renames or retypes columns, a table renamed into the captured name, the name created
-  again by CREATE TABLE or CREATE OR REPLACE, a statement about the table that cannot be classified). The stream holds the table's changes from here on and the
-  table is re-snapshotted (its new epoch's rows are read after the statement, so nothing is lost).
+* ``resync``: the table's rows or definition changed in a way the binlog does not spell out row by row (an ALTER
+  that adds, drops, renames or retypes columns, a table renamed into the captured name, the name created again by
+  CREATE TABLE or CREATE OR REPLACE, a statement about the table that cannot be classified). The stream holds the
+  table's changes from here on and the table is re-snapshotted (its new epoch's rows are read after the statement,
+  so nothing is lost).
 * ``evolve``: an ALTER the stream applies in place (columns added with a constant default, dropped, renamed
   or widened): later rows are decoded with the table's next version (``source.table_versions``) and the
   sinks take the same change; the record marks where in the changelog.

@@ -8,8 +8,8 @@
    inside the chunks (``core.window``); folded onto the rows, they give the chunks exactly as of ``HW`` (after
    a TRUNCATE in the window, onto no rows);
 5. if an XA transaction prepared before ``LW`` committed in the window or just after it, or is still prepared
-   after the SELECT, the SELECT may have missed its rows, which the binlog holds before ``LW``: the window is read again
-   (``read_window_again``).
+   after the SELECT, the SELECT may have missed its rows, which the binlog holds before ``LW``: the window is
+   read again (``read_window_again``).
 
 ``read_window`` runs these steps for both readers: the Spark snapshot job (``spark.snapshot``, rows in a
 DataFrame, brought to ``HW`` by the sink's window: ``spark.window_fold``) and ``read_chunk`` below (rows in a
@@ -133,8 +133,8 @@ def _check_prepared_before(schema: TableSchema, low: BinlogOffset, reader: Table
     their commits are visible to the SELECT).
     ``low_watermark``'s wait cannot promise it alone: the server writes a prepare to the binlog before ``XA
     RECOVER`` lists it."""
-    unseen = sorted((reader.xa_committed_unseen | {x for x in [*prepared, *committed_after] if x not in reader.xa_ended})
-                    - ended_before_select)
+    not_ended_here = {x for x in [*prepared, *committed_after] if x not in reader.xa_ended}
+    unseen = sorted((reader.xa_committed_unseen | not_ended_here) - ended_before_select)
     if unseen:
         raise PreparedBeforeWindow(
             f"reading chunks of {schema.table} from {low}: XA transactions prepared before the low watermark "
@@ -161,11 +161,11 @@ class PreparedTransactions(SourceError):
 
 def low_watermark(conn: Any, info: ServerInfo, schema: TableSchema,
                   wait: float = PREPARED_XA_WAIT) -> tuple[BinlogOffset, set[str]]:
-    """The binlog position now, once the XA transactions prepared at it have ended, and their xids. A transaction prepared before
-    LW has its rows logged at its XA PREPARE, before the window; if it committed after the SELECT, neither the
-    SELECT nor the window would hold them. ``XA RECOVER`` after LW lists such transactions (all but one whose
-    prepare the server is still finishing: ``_check_prepared_before`` catches that one); the read waits until
-    none of those is listed (committed ones are then visible to the SELECT), looking often at first (XA
+    """The binlog position now, once the XA transactions prepared at it have ended, and their xids. A transaction
+    prepared before LW has its rows logged at its XA PREPARE, before the window; if it committed after the SELECT,
+    neither the SELECT nor the window would hold them. ``XA RECOVER`` after LW lists such transactions (all but
+    one whose prepare the server is still finishing: ``_check_prepared_before`` catches that one); the read waits
+    until none of those is listed (committed ones are then visible to the SELECT), looking often at first (XA
     transactions are prepared for milliseconds), then less often."""
     started = time.monotonic()
     low = current_offset(conn, info)

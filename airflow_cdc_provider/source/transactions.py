@@ -106,12 +106,12 @@ def xid_of(format_id: int, gtrid: bytes, bqual: bytes) -> str:
 
 def committed(items: Iterable[object],
               transactional: Callable[[Collection[TableId]], set[TableId]]) -> Iterator[object]:
-    """``items`` (records, schema changes and ``TransactionMark``s, in binlog order) less the rows a rollback
-    undid, without the marks; ``transactional(tables)``: which of ``tables`` a rollback undoes. Passed on as marks:
-    XA END and XA COMMIT (with their xids), the rollback of an XA transaction prepared before (``tables``: those of the XA transactions this read saw
-    prepared), and a ROLLBACK or SAVEPOINT that is not read (``tables``: those whose rows it may have undone).
-    Records outside a group pass at once; a read that ends inside one (it cannot, as reads end at transaction
-    boundaries) lets its records through."""
+    """``items`` (records, schema changes and ``TransactionMark``s, in binlog order) less the rows a rollback undid,
+    without the marks; ``transactional(tables)``: which of ``tables`` a rollback undoes. Passed on as marks: XA
+    END and XA COMMIT (with their xids), the rollback of an XA transaction prepared before (``tables``: those of
+    the XA transactions this read saw prepared), and a ROLLBACK or SAVEPOINT that is not read (``tables``: those
+    whose rows it may have undone). Records outside a group pass at once; a read that ends inside one (it cannot,
+    as reads end at transaction boundaries) lets its records through."""
     buffer: list[object] | None = None
     savepoints: dict[str, int] = {}
     prepared: set[TableId] = set()
