@@ -15,7 +15,7 @@ which the CDC user already has.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 
 from airflow_cdc_provider.core.offsets import BinlogOffset, split_binlog_file
 from airflow_cdc_provider.source.server import binlog_files
@@ -68,6 +68,28 @@ class BinlogMap:
         with self.conn.cursor() as cur:
             cur.execute(f"SHOW BINLOG EVENTS IN %s FROM %s LIMIT {int(skip)}, {int(count)}", (file, int(pos)))
             return list(cur.fetchall())
+
+    def events(self, start: BinlogOffset, end: BinlogOffset | None = None) -> Iterator[tuple[BinlogOffset, str, str]]:
+        """Every event from ``start`` to ``end`` (by default, the newest) as ``(where it starts, its type, what
+        the server says of it)``, file after file; each window of events is asked from where the last ended, so
+        a long range costs one pass."""
+        names = [f for f, _ in self.files]
+        if start.file not in names:
+            return
+        for file in names[names.index(start.file):]:
+            pos = start.pos if file == start.file else FILE_START
+            while True:
+                rows = self._events(file, pos, 0, _SCAN_WINDOW)
+                for row in rows:
+                    at = BinlogOffset(file, int(row[1]))
+                    if end is not None and not end > at:
+                        return
+                    yield at, row[2], str(row[5])
+                if len(rows) < _SCAN_WINDOW or not int(rows[-1][4]):
+                    break
+                pos = int(rows[-1][4])
+            if end is not None and file == end.file:
+                return
 
     def average_event_bytes(self, at: BinlogOffset) -> float:
         rows = self._events(at.file, at.pos, 0, _SAMPLE_EVENTS)

@@ -9,19 +9,29 @@
 * ``{timestamp: 1700000000 | "2026-11-21T10:00:00Z"}``: the first transaction committed at or after it.
 
 GTID and timestamp starts scan the binlog from its oldest file to find the boundary.
+
+An XA transaction's rows are logged at its ``XA PREPARE``, and its commit later, in another event group. A start
+between the two would read the commit without the rows, so every mode but ``initial`` starts at the first
+event of the earliest XA transaction prepared before it and committed after it (or prepared still). If the
+server no longer has that event, the start is refused, naming the transactions.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import Any
+import re
+import time
+from typing import Any, Collection
 
 from airflow_cdc_provider.core.offsets import BinlogOffset
-from airflow_cdc_provider.source.server import SourceError, binlog_files, current_offset
+from airflow_cdc_provider.source.server import SourceError, binlog_files, current_offset, prepared_xa_transactions
 from airflow_cdc_provider.source.settings import ConnectionSettings
 
 log = logging.getLogger("airflow_cdc.startup")
+XA_COMMIT_GRACE = 0.05  # seconds in which an XA COMMIT the server has taken off XA RECOVER's list reaches the binlog
+_XA_START = re.compile(r"XA START (\S+) GTID \S+")  # the GTID event of an XA transaction's prepared group
+_XA_COMMIT = re.compile(r"XA COMMIT (\S+)")
 
 
 class StartupError(SourceError):
@@ -74,7 +84,70 @@ def _scan(settings: ConnectionSettings, server_id: int, first: BinlogOffset, *, 
 def resolve_startup(mode: str | dict[str, Any], settings: ConnectionSettings, conn: Any, server_id: int,
                     seed_start: BinlogOffset | None, state_path: str) -> dict[str, Any]:
     """The stream's first offset for ``stream.startup`` ``mode``; ``seed_start`` is the stream seed's start
-    (``initial``), ``server_id`` the replica id a GTID or timestamp scan reads with."""
+    (``initial``), ``server_id`` the replica id a GTID or timestamp scan reads with. Every mode but ``initial``
+    starts before the XA transactions open across its position (``_before_open_xa``)."""
+    offset = _resolve(mode, settings, conn, server_id, seed_start, state_path)
+    return offset if mode == "initial" else _before_open_xa(conn, offset, mode)
+
+
+def _before_open_xa(conn: Any, offset: dict[str, Any], mode: Any) -> dict[str, Any]:
+    """``offset``, or the first event of the earliest XA transaction prepared before it and committed after it or
+    prepared still (their rows are logged at their prepare, before the offset)."""
+    from airflow_cdc_provider.source.segments import BinlogMap
+    from airflow_cdc_provider.source.transactions import canonical_xid
+
+    start = BinlogOffset(offset["file"], offset["pos"])
+    prepared = set(prepared_xa_transactions(conn))
+    time.sleep(XA_COMMIT_GRACE)
+    now = current_offset(conn)
+    started, committed = set(), set()
+    for _, kind, info in BinlogMap(conn).events(start, now):
+        if kind == "Gtid" and (m := _XA_START.fullmatch(info)):
+            started.add(canonical_xid(m.group(1)))
+        elif kind == "Query" and (m := _XA_COMMIT.match(info)):
+            committed.add(canonical_xid(m.group(1)))
+    open_across = (prepared | committed) - started
+    if not open_across:
+        return offset
+    firsts = _xa_starts(BinlogMap(conn), open_across, start)
+    missing = sorted(open_across - firsts.keys())
+    names = "; ".join(sorted(open_across)[:5]) + (" ..." if len(open_across) > 5 else "")
+    if missing:
+        raise StartupError(
+            f"stream.startup {mode!r} starts at {start}, inside XA transactions prepared before it and committed "
+            f"after it or prepared still: {'; '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}. Their "
+            "rows are logged at their XA PREPARE, in a binlog file the server no longer has, so the stream would "
+            "lose them. Start after their commit (end a prepared one first: XA RECOVER lists them), or set "
+            "stream.startup to initial (a snapshot)")
+    first = min(firsts.values())
+    log.warning("stream.startup %r: XA transactions prepared before %s committed after it or are prepared still "
+                "(%s); their rows are logged at their prepare, so the stream starts at %s, the first event of the "
+                "earliest (the changes between the two are read too)", mode, start, names, first)
+    return _offset(first.file, first.pos)
+
+
+def _xa_starts(binlog, xids: Collection[str], before: BinlogOffset) -> dict[str, BinlogOffset]:
+    """The first event of the last XA transaction of each of ``xids`` that starts before ``before``, looked for
+    file by file backwards from ``before``'s file; an xid the files still on the server do not hold is left out."""
+    from airflow_cdc_provider.source.segments import FILE_START
+    from airflow_cdc_provider.source.transactions import canonical_xid
+
+    names = [f for f, _ in binlog.files]
+    found: dict[str, BinlogOffset] = {}
+    for i in range(names.index(before.file) if before.file in names else -1, -1, -1):
+        end = before if names[i] == before.file else BinlogOffset(names[i + 1], FILE_START)
+        in_file = {}
+        for at, kind, info in binlog.events(BinlogOffset(names[i], FILE_START), end):
+            if kind == "Gtid" and (m := _XA_START.fullmatch(info)) and canonical_xid(m.group(1)) in xids:
+                in_file[canonical_xid(m.group(1))] = at
+        found = {**in_file, **found}  # a later file's start of an xid is the later one
+        if found.keys() >= set(xids):
+            break
+    return found
+
+
+def _resolve(mode: str | dict[str, Any], settings: ConnectionSettings, conn: Any, server_id: int,
+             seed_start: BinlogOffset | None, state_path: str) -> dict[str, Any]:
     if mode == "initial":
         if seed_start is None:
             raise StartupError(

@@ -5,6 +5,7 @@ is refused naming the boundaries around it."""
 from __future__ import annotations
 
 import contextlib
+import time
 
 import pytest
 
@@ -99,3 +100,82 @@ def test_the_plan_step_records_the_start_of_a_stream_without_snapshot(source_db,
     expected = {"earliest": BinlogOffset(oldest, 4), "latest": after, "gtid": after,
                 "file": BinlogOffset(before.file, inside[0][0])}[mode]
     assert seed.tables == {} and seed.start == expected, (seed.start, expected)
+
+
+def xa_prepared(db, xid: str, ids: list[int]):
+    """An XA transaction inserting ``ids`` into t, prepared; the connection that holds it."""
+    app = db.server.app_connection(db.name)
+    with app.cursor() as cur:
+        cur.execute(f"XA START '{xid}'")
+        for i in ids:
+            cur.execute("INSERT INTO t VALUES (%s, 'xa')", (i,))
+        cur.execute(f"XA END '{xid}'")
+        cur.execute(f"XA PREPARE '{xid}'")
+    return app
+
+
+def end_xa(app, xid: str, how: str = "COMMIT") -> None:
+    with app.cursor() as cur:
+        cur.execute(f"XA {how} '{xid}'")
+    app.close()
+
+
+@pytest.mark.parametrize("mode, committed_first", [("latest", False), ("file", False), ("file", True),
+                                                    ("gtid", True), ("timestamp", False)])
+def test_a_start_between_an_xa_prepare_and_its_commit_moves_before_the_prepare(source_db, server_id, mode,
+                                                                             committed_first):
+    """The XA transaction's rows are logged at its prepare: a stream starting after it and before its commit
+    (committed by the time the start is resolved, or later) would read the commit without them."""
+    source_db.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))")
+    with source_db.connection() as conn:
+        before = current_offset(conn)
+    app = xa_prepared(source_db, "across", [1, 2])
+    try:
+        source_db.execute("INSERT INTO t VALUES (3, 'plain')")
+        gtid = source_db.execute("SELECT @@gtid_binlog_pos")[0][0]
+        time.sleep(1.1)  # the binlog's timestamps are in seconds: a later transaction is in a later second
+        with source_db.connection() as conn:
+            asked = current_offset(conn)
+        startup = {"latest": "latest", "file": {"file": asked.file, "pos": asked.pos}, "gtid": {"gtid": gtid},
+                   "timestamp": {"timestamp": time.time()}}[mode]
+        if committed_first:
+            end_xa(app, "across")
+        got = resolve(source_db, server_id, startup)
+    finally:
+        if not committed_first:
+            end_xa(app, "across")
+    source_db.execute("INSERT INTO t VALUES (4, 'after')")
+    xa_group = next(e[0] for e in events(source_db, before.file) if e[0] >= before.pos and e[1] == "Gtid")
+    assert (got["file"], got["pos"]) == (before.file, xa_group)
+    with source_db.connection() as conn:
+        schema = load_schema(conn, TableId(source_db.name, "t"))
+        now = current_offset(conn)
+    rows = list(read_changes_between(source_db.settings, server_id, BinlogOffset(got["file"], got["pos"]), now,
+                                     {schema.table: schema}))
+    assert sorted(r.key for r in rows) == [(1,), (2,), (3,), (4,)]
+
+
+def test_a_start_after_an_xa_transaction_commits_stays_where_it_is(source_db, server_id):
+    source_db.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))")
+    end_xa(xa_prepared(source_db, "before", [1]), "before")
+    with source_db.connection() as conn:
+        now = current_offset(conn)
+    assert resolve(source_db, server_id, "latest")["pos"] == now.pos
+
+
+def test_an_xa_transaction_prepared_in_a_purged_file_refuses_the_start(source_db, server_id):
+    source_db.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))")
+    app = xa_prepared(source_db, "purged", [1])
+    try:
+        source_db.execute("FLUSH BINARY LOGS")
+        with contextlib.closing(source_db.server.root_connection()) as conn, conn.cursor() as cur:
+            cur.execute("SHOW BINARY LOGS")
+            newest = cur.fetchall()[-1][0]
+            cur.execute(f"PURGE BINARY LOGS TO '{newest}'")
+        with pytest.raises(StartupError) as exc:
+            resolve(source_db, server_id, "latest")
+    finally:
+        end_xa(app, "purged", "ROLLBACK")
+    message = str(exc.value)
+    assert "x'707572676564',x'',1" in message and "no longer has" in message, message
+    assert "stream.startup to initial" in message
