@@ -150,8 +150,8 @@ def sink_type(col: Column) -> SinkType:
         if p <= SPARK_DECIMAL_MAX_PRECISION:
             return SinkType(f"decimal({p},{s})", f"numeric({p},{s})")
         return SinkType("string", f"numeric({p},{s})", "CAST({} AS CHAR)", _decimal_text)
-    if t == "float":
-        return SinkType("float", "real")
+    if t == "float":  # a DOUBLE's text is exact, a FLOAT's is rounded to 6 digits (source.chunk_queries)
+        return SinkType("float", "real", "CAST({} AS DOUBLE)" if col.numeric_scale is None else None)
     if t == "double":
         return SinkType("double", "double precision")
     if t == "bit":

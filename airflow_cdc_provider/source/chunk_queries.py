@@ -67,10 +67,18 @@ class MySQLKeyRangeQueries:
         return tuple(row) if row else None
 
 
+def selected_column(col) -> str:
+    """How a chunk's SELECT reads a column: a FLOAT as a DOUBLE, its exact value (the server prints a FLOAT to 6
+    significant digits, 16777216 as 16777200, while the binlog holds the value)."""
+    if col.data_type == "float" and col.numeric_scale is None:
+        return f"CAST({quote_ident(col.name)} AS DOUBLE)"
+    return quote_ident(col.name)
+
+
 def select_chunk_sql(schema: TableSchema, chunk: Chunk) -> tuple[str, list[Any]]:
     """The SELECT of a chunk's rows: every column, the key range as the WHERE clause, no lock, no ORDER BY."""
     where, params = range_predicate(schema.key_columns, chunk.start, chunk.end)
-    cols = ", ".join(quote_ident(c) for c in schema.column_names)
+    cols = ", ".join(selected_column(c) for c in schema.columns)
     return f"SELECT {cols} FROM {quote_table(schema.table)} WHERE {where}", params
 
 

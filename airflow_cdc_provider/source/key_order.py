@@ -3,18 +3,56 @@
 Numbers, dates, times and binary strings order the same in Python and in MySQL. Character strings do not:
 ``utf8mb4_general_ci`` says ``'a' = 'A'`` and ``'Z' > 'a'``, and PAD SPACE collations ignore trailing
 spaces. For those columns the order key is ``WEIGHT_STRING`` computed by the server in the column's
-collation (padded ``AS CHAR(n)`` for PAD SPACE collations, so trailing blanks compare as the server
-compares them). Weights are fetched in batches and cached. ENUM keys order by their index, as MySQL does.
+collation. Under a PAD SPACE collation the server compares two strings as if the shorter were padded with
+spaces: ``PaddedWeight`` compares weights so, with the pad's weight asked of the server. (``AS CHAR(n)``
+padding is no way around it: it cuts the weights at ``n``, and ``ß`` alone weighs two.) Weights are fetched in
+batches and cached. ENUM keys order by their index, as MySQL does.
 """
 
 from __future__ import annotations
 
+from functools import total_ordering
 from typing import Any, Iterable
 
 from airflow_cdc_provider.core.keys import Key
 from airflow_cdc_provider.source.schema import Column, TableSchema, enum_values
 
 _BATCH = 500
+
+
+@total_ordering
+class PaddedWeight:
+    """A PAD SPACE string's weight, ordered as the server orders the strings: as if the shorter went on with the
+    pad's weight (``pad``, one weight unit) for ever. Trailing pads are left out, so equal strings are equal."""
+
+    __slots__ = ("weight", "pad")
+
+    def __init__(self, weight: bytes, pad: bytes) -> None:
+        width = len(pad)
+        end = len(weight)
+        while end >= width and weight[end - width:end] == pad:
+            end -= width
+        self.weight, self.pad = weight[:end], pad
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PaddedWeight) and self.weight == other.weight
+
+    def __hash__(self) -> int:
+        return hash(self.weight)
+
+    def __lt__(self, other: "PaddedWeight") -> bool:
+        a, b = self.weight, other.weight
+        n = min(len(a), len(b))
+        if a[:n] != b[:n]:
+            return a[:n] < b[:n]
+        if len(a) == len(b):
+            return False
+        longer, width = (a if len(a) > len(b) else b), len(self.pad)
+        unit = next(u for u in (longer[i:i + width] for i in range(n, len(longer), width)) if u != self.pad)
+        return unit < self.pad if longer is a else unit > self.pad
+
+    def __repr__(self) -> str:
+        return f"PaddedWeight({self.weight.hex()})"
 
 
 class DatabaseKeyOrder:
@@ -24,7 +62,8 @@ class DatabaseKeyOrder:
         self.conn = conn
         self.schema = schema
         self._kinds: list[tuple[str, Any]] = [self._kind(c) for c in schema.key]
-        self._cache: dict[tuple[int, Any], bytes] = {}
+        self._pads: dict[int, bytes | None] = {}  # column index -> its pad's weight (None: NO PAD)
+        self._cache: dict[tuple[int, Any], Any] = {}
         self._cache_size = cache_size
 
     @staticmethod
@@ -33,10 +72,19 @@ class DatabaseKeyOrder:
             return ("enum", {v: i + 1 for i, v in enumerate(enum_values(col.column_type))})
         if col.is_collated_string and col.data_type != "set":
             nopad = "nopad" in (col.collation or "").lower()
-            pad = "" if nopad or not col.char_length else f" AS CHAR({min(col.char_length, 16383)})"
-            expr = f"WEIGHT_STRING(CONVERT(%s USING {col.charset}) COLLATE {col.collation}{pad})"
-            return ("weight", expr)
+            expr = f"WEIGHT_STRING(CONVERT(%s USING {col.charset}) COLLATE {col.collation})"
+            return ("weight", (expr, nopad))
         return ("native", None)
+
+    def _pad(self, i: int, expr: str, nopad: bool) -> bytes | None:
+        if i not in self._pads:
+            if nopad:
+                self._pads[i] = None
+            else:
+                with self.conn.cursor() as cur:
+                    cur.execute(f"SELECT {expr}", (" ",))
+                    self._pads[i] = bytes(cur.fetchone()[0])
+        return self._pads[i]
 
     @property
     def needs_database(self) -> bool:
@@ -44,9 +92,11 @@ class DatabaseKeyOrder:
 
     def prefetch(self, keys: Iterable[Key]) -> None:
         """Fetch the weights of many keys in few round trips (call before ordering a batch of events)."""
-        for i, (kind, expr) in enumerate(self._kinds):
+        for i, (kind, data) in enumerate(self._kinds):
             if kind != "weight":
                 continue
+            expr, nopad = data
+            pad = self._pad(i, expr, nopad)
             todo = list(dict.fromkeys(k[i] for k in keys if (i, k[i]) not in self._cache))
             for off in range(0, len(todo), _BATCH):
                 part = todo[off : off + _BATCH]
@@ -56,7 +106,7 @@ class DatabaseKeyOrder:
                 if len(self._cache) + len(part) > self._cache_size:
                     self._cache.clear()
                 for value, w in zip(part, weights, strict=True):
-                    self._cache[(i, value)] = bytes(w)
+                    self._cache[(i, value)] = bytes(w) if pad is None else PaddedWeight(bytes(w), pad)
 
     def __call__(self, key: Key) -> tuple:
         out = []

@@ -213,6 +213,22 @@ UNORDERED_KEY_TYPES = {"inet4", "inet6", "uuid", "set"}
 _COLLATION_NAME = re.compile(r"\w+")
 
 
+def _unusable_key_type(col) -> str | None:
+    """Why a chunk key column of this type would put rows in the wrong chunk, if it would."""
+    if col.data_type in UNORDERED_KEY_TYPES:
+        return ("which the server orders otherwise than its value's text (by its binary form or bit mask), while "
+                "chunks are looked up by that text")
+    if col.data_type == "bit":
+        return "whose range scans compare it with the chunks' bounds as binary strings, which miss rows"
+    if col.data_type == "float":
+        return ("which a SELECT prints to 6 significant digits while the binlog holds its exact value, so a row and "
+                "its later changes would have different keys")
+    if col.data_type == "char" and "nopad" in (col.collation or "").lower():
+        return ("whose values the table stores padded with spaces, which a NO PAD collation compares and a SELECT "
+                "strips, so chunks would be looked up by other values than the server's")
+    return None
+
+
 def check_enum_key_order(conn: Any, schema: TableSchema) -> list[str]:
     """An ENUM chunk key column sorts by member index, while a chunk's range compares it with its bounds as text:
     the two agree only when the members are declared in the order their collation sorts them. Asked of the
@@ -276,12 +292,13 @@ def check_chunk_key(schema: TableSchema, keys: Sequence[UniqueKey] | None = None
             "would belong to no chunk; choose a NOT NULL column as source.chunk_key for this table"
         )
     for col in schema.key:
-        if col.data_type in UNORDERED_KEY_TYPES:
+        why = _unusable_key_type(col)
+        if why:
             problems.append(
-                f"chunk key column {col.name!r} of table {table!r} has type {col.column_type}, which the server orders "
-                "otherwise than its value's text (by its binary form or bit mask), while chunks are "
-                "looked up by that text: set source.chunk_key to a unique NOT NULL key of other types for this "
-                "table, or leave the table out of source.tables"
+                f"chunk key column {col.name!r} of table {table!r} has type {col.column_type}"
+                f"{' COLLATE ' + col.collation if col.data_type == 'char' and col.collation else ''}, {why}: set "
+                "source.chunk_key to a unique NOT NULL key of other types for this table, or leave the table out "
+                "of source.tables"
             )
     if keys is None or any(set(k.columns) <= set(schema.key_columns) for k in keys):
         return problems

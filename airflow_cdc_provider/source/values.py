@@ -10,7 +10,7 @@ type             SELECT (pymysql)       binlog                       canonical
 BIT(n)           bytes, big-endian      str of '0'/'1'               int
 SET              'a,b'                  {'a', 'b'}                   'a,b' (definition order)
 BINARY(n)        n bytes, zero-padded   trailing zero bytes dropped  n bytes, zero-padded
-FLOAT            text -> float64 (0.1)  float32 (0.10000000149...)   the float32 value, as a Python float
+FLOAT            CAST AS DOUBLE: exact  float32 (0.10000000149...)   the float32 value, as a Python float
 FLOAT(M,D),      text, D decimals       the stored float/double      the value as SELECT prints it (rounded
 DOUBLE(M,D)                                                          to D decimals), float32 for FLOAT
 TIMESTAMP        session time zone      UTC                          UTC (source sessions use +00:00)

@@ -35,7 +35,9 @@ def jdbc_properties(settings: ConnectionSettings) -> dict[str, str]:
         "user": settings.user,
         "password": settings.password,
         "driver": DRIVER,
-        "sessionInitStatement": "SET time_zone = '+00:00'",
+        # bounds are inlined with backslash escapes (``literal_sql``), which NO_BACKSLASH_ESCAPES would read otherwise
+        "sessionInitStatement": "SET time_zone = '+00:00', sql_mode = TRIM(BOTH ',' FROM REPLACE(CONCAT(',', "
+                                "@@sql_mode, ','), ',NO_BACKSLASH_ESCAPES,', ','))",
         "fetchsize": "10000",  # Connector/J streams the result in batches of this many rows (bounded memory)
     }
 

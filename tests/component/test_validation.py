@@ -228,6 +228,24 @@ def test_chunk_keys_a_unique_index_or_the_primary_key_covers_are_accepted(source
         assert result.schemas[0].key_columns == ((key,) if isinstance(key, str) else tuple(key)), (table, key)
 
 
+@pytest.mark.parametrize("definition, shown, why", [
+    ("BIT(16)", "bit(16)", "whose range scans compare it with the chunks' bounds as binary strings"),
+    ("FLOAT", "float", "which a SELECT prints to 6 significant digits while the binlog holds its exact value"),
+    ("CHAR(4) COLLATE utf8mb4_nopad_bin", "char(4) COLLATE utf8mb4_nopad_bin",
+     "whose values the table stores padded with spaces, which a NO PAD collation compares"),
+])
+def test_chunk_key_types_whose_rows_would_land_in_the_wrong_chunk_are_refused(source_db, definition, shown, why):
+    """A BIT bound binds as a binary string the range scan misses rows by; a FLOAT's SELECT text is rounded; a
+    NO PAD CHAR's stored padding is stripped by the SELECT: rows would be in no chunk, or in another one."""
+    source_db.execute(f"CREATE TABLE k (k {definition} NOT NULL PRIMARY KEY, n INT NOT NULL UNIQUE)")
+    name = source_db.table("k")
+    found = problems(source_db.settings, [name])
+    assert found == [f"chunk key column 'k' of table '{name}' has type {shown}, {why}" + found[0].split(why)[1]]
+    assert found[0].endswith(": set source.chunk_key to a unique NOT NULL key of other types for this table, or "
+                             "leave the table out of source.tables")
+    assert validate(source_db.settings, [name], {name: "n"}).schemas[0].key_columns == ("n",)
+
+
 def test_chunk_key_types_the_server_orders_otherwise_are_refused(source_db):
     source_db.execute("CREATE TABLE addr (u UUID NOT NULL PRIMARY KEY, ip INET6 NOT NULL, n INT NOT NULL, "
                       "UNIQUE KEY uq_ip (ip), UNIQUE KEY uq_n (n))")

@@ -153,7 +153,10 @@ def source_rows(source_db, table: str) -> dict[tuple, tuple]:
         schema = load_schema(conn, TableId.parse(source_db.table(table)))
         canon, types = RowCanonicalizer(schema), TableSinkTypes.of(schema)
         with conn.cursor() as cur:
-            cur.execute(f"SELECT {', '.join(quote_ident(c) for c in schema.column_names)} FROM {quote_table(schema.table)}", ())
+            # a FLOAT as a DOUBLE: the server prints a FLOAT to 6 significant digits
+            cols = [f"CAST({quote_ident(c.name)} AS DOUBLE)" if c.data_type == "float" and c.numeric_scale is None
+                    else quote_ident(c.name) for c in schema.columns]
+            cur.execute(f"SELECT {', '.join(cols)} FROM {quote_table(schema.table)}", ())
             rows = [types.row_to_sink(canon.from_select(r)) for r in cur.fetchall()]
     idx = [schema.column_names.index(k) for k in schema.key_columns]
     return {tuple(normalize(r[i]) for i in idx): tuple(normalize(v) for v in r) for r in rows}
