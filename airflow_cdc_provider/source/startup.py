@@ -30,7 +30,8 @@ from airflow_cdc_provider.source.settings import ConnectionSettings
 
 log = logging.getLogger("airflow_cdc.startup")
 XA_COMMIT_GRACE = 0.05  # seconds in which an XA COMMIT the server has taken off XA RECOVER's list reaches the binlog
-_XA_START = re.compile(r"XA START (\S+) GTID \S+")  # the GTID event of an XA transaction's prepared group
+# an XA transaction's prepared group starts so: MariaDB says it in the group's GTID event, MySQL in a Query event
+_XA_START = re.compile(r"XA START (\S+)(?: GTID \S+)?")
 _XA_COMMIT = re.compile(r"XA COMMIT (\S+)")
 
 
@@ -102,7 +103,7 @@ def _before_open_xa(conn: Any, offset: dict[str, Any], mode: Any) -> dict[str, A
     now = current_offset(conn)
     started, committed = set(), set()
     for _, kind, info in BinlogMap(conn).events(start, now):
-        if kind == "Gtid" and (m := _XA_START.fullmatch(info)):
+        if kind in ("Gtid", "Query") and (m := _XA_START.fullmatch(info)):
             started.add(canonical_xid(m.group(1)))
         elif kind == "Query" and (m := _XA_COMMIT.match(info)):
             committed.add(canonical_xid(m.group(1)))
@@ -129,7 +130,7 @@ def _before_open_xa(conn: Any, offset: dict[str, Any], mode: Any) -> dict[str, A
 def _xa_starts(binlog, xids: Collection[str], before: BinlogOffset) -> dict[str, BinlogOffset]:
     """The first event of the last XA transaction of each of ``xids`` that starts before ``before``, looked for
     file by file backwards from ``before``'s file; an xid the files still on the server do not hold is left out."""
-    from airflow_cdc_provider.source.segments import FILE_START
+    from airflow_cdc_provider.source.segments import BOUNDARY_EVENTS, FILE_START
     from airflow_cdc_provider.source.transactions import canonical_xid
 
     names = [f for f, _ in binlog.files]
@@ -137,9 +138,11 @@ def _xa_starts(binlog, xids: Collection[str], before: BinlogOffset) -> dict[str,
     for i in range(names.index(before.file) if before.file in names else -1, -1, -1):
         end = before if names[i] == before.file else BinlogOffset(names[i + 1], FILE_START)
         in_file = {}
+        group = None  # where the group of the events read starts
         for at, kind, info in binlog.events(BinlogOffset(names[i], FILE_START), end):
-            if kind == "Gtid" and (m := _XA_START.fullmatch(info)) and canonical_xid(m.group(1)) in xids:
-                in_file[canonical_xid(m.group(1))] = at
+            group = at if kind in BOUNDARY_EVENTS else group
+            if kind in ("Gtid", "Query") and (m := _XA_START.fullmatch(info)) and canonical_xid(m.group(1)) in xids:
+                in_file[canonical_xid(m.group(1))] = group or at
         found = {**in_file, **found}  # a later file's start of an xid is the later one
         if found.keys() >= set(xids):
             break
