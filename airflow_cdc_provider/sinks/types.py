@@ -143,13 +143,15 @@ def sink_type(col: Column) -> SinkType:
     if col.is_integer:
         spark, pg = _int_types(col)
         convert = _to_decimal if spark.startswith("decimal") else None
-        # CAST keeps TINYINT(1) from becoming a boolean in Spark's MySQL dialect.
-        return SinkType(spark, pg, "CAST({} AS SIGNED)" if t == "tinyint" and not col.unsigned else None, convert)
+        # CAST keeps TINYINT(1) (signed, UNSIGNED or ZEROFILL) from becoming a boolean in Spark's MySQL dialect.
+        cast = f"CAST({{}} AS {'UNSIGNED' if col.unsigned else 'SIGNED'})" if t == "tinyint" else None
+        return SinkType(spark, pg, cast, convert)
     if t == "decimal":
         p, s = col.numeric_precision or 10, col.numeric_scale or 0
         if p <= SPARK_DECIMAL_MAX_PRECISION:
             return SinkType(f"decimal({p},{s})", f"numeric({p},{s})")
-        return SinkType("string", f"numeric({p},{s})", "CAST({} AS CHAR)", _decimal_text)
+        # through DECIMAL again: a ZEROFILL column's own text is padded with zeros
+        return SinkType("string", f"numeric({p},{s})", f"CAST(CAST({{}} AS DECIMAL({p},{s})) AS CHAR)", _decimal_text)
     if t == "float":  # a DOUBLE's text is exact, a FLOAT's is rounded to 6 digits (source.chunk_queries)
         return SinkType("float", "real", "CAST({} AS DOUBLE)" if col.numeric_scale is None else None)
     if t == "double":

@@ -19,6 +19,18 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 DEFAULT_SERVER_ID_RANGE = (5400, 6400)
 
 
+def sql_mode_without(*modes: str) -> str:
+    """An assignment of the session's sql_mode: the server's, less ``modes``."""
+    expr = "CONCAT(',', @@sql_mode, ',')"
+    for mode in modes:
+        expr = f"REPLACE({expr}, ',{mode},', ',')"
+    return f"sql_mode = TRIM(BOTH ',' FROM {expr})"
+
+
+# a reading session: TIMESTAMPs in UTC and CHARs unpadded, as the binlog carries them, whatever the server says
+SESSION_INIT = f"SET time_zone = '+00:00', {sql_mode_without('PAD_CHAR_TO_FULL_LENGTH')}"
+
+
 class ConnectionConfigError(ValueError):
     """A connection that cannot be used as a CDC source, with a message that says how to fix it."""
 
@@ -157,8 +169,7 @@ class ConnectionSettings:
             "charset": self.charset,
             "connect_timeout": self.connect_timeout,
             "autocommit": True,
-            # TIMESTAMP values in UTC, as the binlog carries them (see mysql/values.py)
-            "init_command": "SET time_zone = '+00:00'",
+            "init_command": SESSION_INIT,
         }
         if self.database:
             kw["database"] = self.database

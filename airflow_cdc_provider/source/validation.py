@@ -337,6 +337,9 @@ def check_columns(schema: TableSchema, info: ServerInfo) -> list[str]:
 def _decoding_problem(table: TableId, col: Column, info: ServerInfo) -> str | None:
     modify = f"ALTER TABLE {display_table(table)} MODIFY `{col.name.replace('`', '``')}`"
     leave_out = "or leave the table out of source.tables"
+    if col.column_type.lower() == "year(2)":
+        return (f"is YEAR(2), which a SELECT gives as two digits (00 for 2000) and the binlog as the whole year: "
+                f"make it YEAR ({modify} YEAR), {leave_out}")
     if col.compressed:
         return (f"is COMPRESSED ({col.column_type}): MariaDB writes compressed columns to the binlog in a form the "
                 f"binlog reader cannot parse; redefine the column without COMPRESSED ({modify} ...), {leave_out}")

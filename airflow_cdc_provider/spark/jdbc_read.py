@@ -15,7 +15,7 @@ from pymysql.converters import escape_item
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.keys import Key
 from airflow_cdc_provider.sinks.types import TableSinkTypes
-from airflow_cdc_provider.source.settings import ConnectionSettings
+from airflow_cdc_provider.source.settings import ConnectionSettings, sql_mode_without
 from airflow_cdc_provider.source.sql import quote_table, range_predicate
 
 DRIVER = "org.mariadb.jdbc.Driver"
@@ -35,9 +35,9 @@ def jdbc_properties(settings: ConnectionSettings) -> dict[str, str]:
         "user": settings.user,
         "password": settings.password,
         "driver": DRIVER,
-        # bounds are inlined with backslash escapes (``literal_sql``), which NO_BACKSLASH_ESCAPES would read otherwise
-        "sessionInitStatement": "SET time_zone = '+00:00', sql_mode = TRIM(BOTH ',' FROM REPLACE(CONCAT(',', "
-                                "@@sql_mode, ','), ',NO_BACKSLASH_ESCAPES,', ','))",
+        # and bounds inlined with backslash escapes (``literal_sql``), which NO_BACKSLASH_ESCAPES would read otherwise
+        "sessionInitStatement": f"SET time_zone = '+00:00', "
+                                f"{sql_mode_without('PAD_CHAR_TO_FULL_LENGTH', 'NO_BACKSLASH_ESCAPES')}",
         "fetchsize": "10000",  # Connector/J streams the result in batches of this many rows (bounded memory)
     }
 

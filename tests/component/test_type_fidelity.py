@@ -389,3 +389,25 @@ def test_enum_and_set_with_empty_members_and_the_error_value(source_db, server_i
             assert {k: v for k, v in row.items() if k != "id"} == {
                 k: v for k, v in text[key].items() if k != "id"}, key
     assert snapshots[0][(4,)]["e"] == "" and snapshots[0][(1,)]["st"] == "a,,c"
+
+
+def test_char_under_a_global_pad_char_to_full_length_is_read_unpadded_as_the_binlog_has_it(source_db, server_id):
+    """The reading session leaves PAD_CHAR_TO_FULL_LENGTH out of the server's sql_mode: the binlog holds a CHAR
+    without its padding, whatever the mode."""
+    source_db.execute("CREATE TABLE c (id INT PRIMARY KEY, c CHAR(5), cu CHAR(3) CHARACTER SET utf32)")
+    with source_db.connection() as conn:
+        schema = load_schema(conn, TableId(source_db.name, "c"))
+        start = current_offset(conn)
+    source_db.execute("INSERT INTO c VALUES (1, 'a', 'é'), (2, 'b\tc', '')")
+    with source_db.server.root_connection() as root, root.cursor() as cur:
+        cur.execute("SET GLOBAL sql_mode = CONCAT(@@GLOBAL.sql_mode, ',PAD_CHAR_TO_FULL_LENGTH')")
+    try:
+        rows = selected(source_db, schema, server_id)
+    finally:
+        with source_db.server.root_connection() as root, root.cursor() as cur:
+            cur.execute("SET GLOBAL sql_mode = REPLACE(@@GLOBAL.sql_mode, ',PAD_CHAR_TO_FULL_LENGTH', '')")
+    with source_db.connection() as conn:
+        end = current_offset(conn)
+    images = {c.key: c.after for c in read_changes_between(source_db.settings, server_id, start, end,
+                                                           {schema.table: schema})}
+    assert rows == images and rows[(1,)] == {"id": 1, "c": "a", "cu": "é"} and rows[(2,)]["c"] == "b\tc"

@@ -271,6 +271,17 @@ def test_chunk_key_types_the_server_orders_otherwise_are_refused(source_db):
 
 
 # -- every column type: refused here, never inside a Spark task ------------------------------------------------
+def test_a_two_digit_year_is_refused(source_db):
+    """SELECT gives YEAR(2) as two digits (0 for 2000), the binlog as the whole year."""
+    source_db.execute("CREATE TABLE y (id INT PRIMARY KEY, y YEAR(2), y4 YEAR)")
+    name = source_db.table("y")
+    assert source_db.execute("SHOW CREATE TABLE y")[0][1].count("year(2)") == 1
+    assert problems(source_db.settings, [name]) == [
+        f"column 'y' of table '{name}' is YEAR(2), which a SELECT gives as two digits (00 for 2000) and the binlog "
+        f"as the whole year: make it YEAR (ALTER TABLE `{source_db.name}`.`y` MODIFY `y` YEAR), or leave the table "
+        "out of source.tables"]
+
+
 def test_columns_the_binlog_cannot_give_as_select_does_are_refused(source_db):
     source_db.execute("""CREATE TABLE odd (id INT PRIMARY KEY, v VARCHAR(10) COMPRESSED,
         s VARCHAR(10) CHARACTER SET sjis, g TEXT CHARACTER SET gbk, u VARCHAR(5) CHARACTER SET utf16 COLLATE

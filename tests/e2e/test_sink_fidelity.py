@@ -79,11 +79,25 @@ def test_generated_invisible_columns_invalid_dates_and_every_charset_through_bot
     """What the all-types table cannot hold: generated and INVISIBLE columns (the Spark read names every column),
     invalid dates stored under ALLOW_INVALID_DATES (NULL through Spark's try_cast as on the binlog), and every
     byte of every single-byte character set with an exact codec (Connector/J's conversion on the snapshot side) but
-    NUL, which PostgreSQL's text cannot hold (the binary column has it)."""
+    NUL, which PostgreSQL's text cannot hold (the binary column has it). Also what Connector/J or a server's
+    sql_mode would change on the snapshot side only: TINYINT(1) UNSIGNED/ZEROFILL (read as booleans), a wide
+    DECIMAL ZEROFILL's text (padded), and CHAR under a global PAD_CHAR_TO_FULL_LENGTH (padded)."""
     source_db.execute(CHARSETS_DDL)
     source_db.execute("CREATE TABLE gen (id INT PRIMARY KEY, a INT, v INT AS (a * 2) VIRTUAL, "
                       "s VARCHAR(20) AS (CONCAT('x', a)) STORED, inv INT INVISIBLE DEFAULT 5, d DATE, "
-                      "dt DATETIME(3), ts TIMESTAMP NULL)")
+                      "dt DATETIME(3), ts TIMESTAMP NULL, t1u TINYINT(1) UNSIGNED DEFAULT 255, "
+                      "t1z TINYINT(1) ZEROFILL DEFAULT 3, dz DECIMAL(50,5) ZEROFILL DEFAULT 123.45, "
+                      "cp CHAR(5) DEFAULT 'a')")
+    with source_db.server.root_connection() as root, root.cursor() as cur:
+        cur.execute("SET GLOBAL sql_mode = CONCAT(@@GLOBAL.sql_mode, ',PAD_CHAR_TO_FULL_LENGTH')")
+    try:
+        snapshot_then_stream_generated_columns_and_charsets(source_db, tmp_path, spark, postgres, sink_type)
+    finally:
+        with source_db.server.root_connection() as root, root.cursor() as cur:
+            cur.execute("SET GLOBAL sql_mode = REPLACE(@@GLOBAL.sql_mode, ',PAD_CHAR_TO_FULL_LENGTH', '')")
+
+
+def snapshot_then_stream_generated_columns_and_charsets(source_db, tmp_path, spark, postgres, sink_type):
     source_db.execute("SET SESSION sql_mode = 'ALLOW_INVALID_DATES'")
     every_byte, text_bytes = bytes(range(256)), bytes(range(1, 256))
     wide = ["é€ж日本", "é😀ж𝄞", "é€ж日本", "é😀ж𝄞", "é😀ж𝄞", "é😀ж𝄞"]
@@ -117,6 +131,7 @@ def test_generated_invisible_columns_invalid_dates_and_every_charset_through_bot
     cols = types["gen"].schema.column_names
     gen = sink_rows(spark, sink, p.secrets, types["gen"])
     assert [gen[(1,)][cols.index(c)] for c in ("a", "v", "s", "inv", "d", "dt")] == [11, 22, "x11", 8, None, None]
+    assert [gen[(2,)][cols.index(c)] for c in ("t1u", "t1z", "dz", "cp")] == [255, 3, "123.45000", "a"]
     latin1 = sink_rows(spark, sink, p.secrets, types["charsets"])[(3,)][types["charsets"].schema.column_names.index(
         "c_latin1")]
     assert len(latin1) == 255 and latin1[255 - 0x81] == "\x81" and latin1[-1] == "\x01"  # the bytes reversed
