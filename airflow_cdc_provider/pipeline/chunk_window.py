@@ -40,7 +40,7 @@ from airflow_cdc_provider.source.chunk_queries import select_chunk_sql
 from airflow_cdc_provider.source.connection import connect
 from airflow_cdc_provider.source.key_order import DatabaseKeyOrder
 from airflow_cdc_provider.source.schema import TableSchema, load_schema
-from airflow_cdc_provider.source.server import (ServerInfo, SourceError, current_offset,
+from airflow_cdc_provider.source.server import (XA_COMMIT_GRACE, ServerInfo, SourceError, current_offset,
                                                 prepared_xa_transactions, server_info)
 from airflow_cdc_provider.source.settings import ConnectionSettings
 from airflow_cdc_provider.source.values import RowCanonicalizer
@@ -50,7 +50,6 @@ Checkpoint = Callable[[str], None]
 CHECKPOINTS = ("after_low_watermark", "after_select", "after_high_watermark")
 PREPARED_XA_WAIT = 120.0  # seconds a chunk read waits for the XA transactions prepared at its LW to end
 WINDOW_ATTEMPTS = 10  # reads of a window an XA transaction prepared before its LW may take
-COMMIT_GRACE = 0.05  # seconds after HW in which an XA COMMIT in progress at HW reaches the binlog
 log = logging.getLogger("airflow_cdc.chunk_window")
 
 
@@ -109,8 +108,8 @@ def _commits_after(settings: ConnectionSettings, server_id: int, schema: TableSc
                    info: ServerInfo) -> set[str]:
     """The xids of XA transactions committed just after HW, prepared before it: a commit in progress at HW is in
     neither ``XA RECOVER`` (the server takes the transaction off its list first) nor the binlog yet, and lands
-    there moments later (``COMMIT_GRACE``)."""
-    time.sleep(COMMIT_GRACE)
+    there moments later (``XA_COMMIT_GRACE``)."""
+    time.sleep(XA_COMMIT_GRACE)
     later = current_offset(conn, info)
     if not later > high:
         return set()

@@ -104,6 +104,9 @@ def binlog_files(conn: Any) -> list[tuple[str, int]]:
         return [(r[0], int(r[1])) for r in cur.fetchall()]
 
 
+XA_COMMIT_GRACE = 0.05  # seconds in which an XA COMMIT the server has taken off XA RECOVER's list reaches the binlog
+
+
 def prepared_xa_transactions(conn: Any) -> list[str]:
     """``XA RECOVER``: the xids (``source.transactions.xid_of``) of the XA transactions prepared now, whose
     outcome is not logged yet."""

@@ -25,11 +25,11 @@ import time
 from typing import Any, Collection
 
 from airflow_cdc_provider.core.offsets import BinlogOffset
-from airflow_cdc_provider.source.server import SourceError, binlog_files, current_offset, prepared_xa_transactions
+from airflow_cdc_provider.source.server import (XA_COMMIT_GRACE, SourceError, binlog_files, current_offset,
+                                                prepared_xa_transactions)
 from airflow_cdc_provider.source.settings import ConnectionSettings
 
 log = logging.getLogger("airflow_cdc.startup")
-XA_COMMIT_GRACE = 0.05  # seconds in which an XA COMMIT the server has taken off XA RECOVER's list reaches the binlog
 # an XA transaction's prepared group starts so: MariaDB says it in the group's GTID event, MySQL in a Query event
 _XA_START = re.compile(r"XA START (\S+)(?: GTID \S+)?")
 _XA_COMMIT = re.compile(r"XA COMMIT (\S+)")
@@ -102,15 +102,16 @@ def _before_open_xa(conn: Any, offset: dict[str, Any], mode: Any) -> dict[str, A
     time.sleep(XA_COMMIT_GRACE)
     now = current_offset(conn)
     started, committed = set(), set()
-    for _, kind, info in BinlogMap(conn).events(start, now):
-        if kind in ("Gtid", "Query") and (m := _XA_START.fullmatch(info)):
-            started.add(canonical_xid(m.group(1)))
+    binlog = BinlogMap(conn)
+    for _, kind, info in binlog.events(start, now):
+        if xid := _xa_started(kind, info):
+            started.add(xid)
         elif kind == "Query" and (m := _XA_COMMIT.match(info)):
             committed.add(canonical_xid(m.group(1)))
     open_across = (prepared | committed) - started
     if not open_across:
         return offset
-    firsts = _xa_starts(BinlogMap(conn), open_across, start)
+    firsts = _xa_starts(binlog, open_across, start)
     missing = sorted(open_across - firsts.keys())
     names = "; ".join(sorted(open_across)[:5]) + (" ..." if len(open_across) > 5 else "")
     if missing:
@@ -127,11 +128,19 @@ def _before_open_xa(conn: Any, offset: dict[str, Any], mode: Any) -> dict[str, A
     return _offset(first.file, first.pos)
 
 
+def _xa_started(kind: str, info: str) -> str | None:
+    """The xid of the XA transaction whose prepared group this event (``SHOW BINLOG EVENTS``'s type and info)
+    starts, if it starts one."""
+    from airflow_cdc_provider.source.transactions import canonical_xid
+
+    m = _XA_START.fullmatch(info) if kind in ("Gtid", "Query") else None
+    return canonical_xid(m.group(1)) if m else None
+
+
 def _xa_starts(binlog, xids: Collection[str], before: BinlogOffset) -> dict[str, BinlogOffset]:
     """The first event of the last XA transaction of each of ``xids`` that starts before ``before``, looked for
     file by file backwards from ``before``'s file; an xid the files still on the server do not hold is left out."""
     from airflow_cdc_provider.source.segments import BOUNDARY_EVENTS, FILE_START
-    from airflow_cdc_provider.source.transactions import canonical_xid
 
     names = [f for f, _ in binlog.files]
     found: dict[str, BinlogOffset] = {}
@@ -141,8 +150,8 @@ def _xa_starts(binlog, xids: Collection[str], before: BinlogOffset) -> dict[str,
         group = None  # where the group of the events read starts
         for at, kind, info in binlog.events(BinlogOffset(names[i], FILE_START), end):
             group = at if kind in BOUNDARY_EVENTS else group
-            if kind in ("Gtid", "Query") and (m := _XA_START.fullmatch(info)) and canonical_xid(m.group(1)) in xids:
-                in_file[canonical_xid(m.group(1))] = group or at
+            if (xid := _xa_started(kind, info)) in xids:
+                in_file[xid] = group or at
         found = {**in_file, **found}  # a later file's start of an xid is the later one
         if found.keys() >= set(xids):
             break
