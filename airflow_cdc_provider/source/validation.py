@@ -19,7 +19,8 @@ Checks, each with a message that says what to change:
 * columns: every one has a sink type (``sinks/types.py``: VECTOR, MySQL's binary JSON and unknown types have
   none), and the binlog decoders read it as SELECT does: not COMPRESSED, a character set with an exact codec
   (``values.CHARSET_CODECS``) and a collation the binlog library knows, ENUM/SET members that are the same in
-  the column's character set as in UTF-8 (the library reads them as UTF-8).
+  the column's character set as in UTF-8 (the library reads them as UTF-8); no VIRTUAL generated column whose
+  value depends on the session computing it (``generated_columns``): the binlog has the writer's value.
 
 A column that cannot be captured correctly is refused here, naming table, column and fix, never inside a Spark
 task.
@@ -36,6 +37,7 @@ import pymysql
 from airflow_cdc_provider.compat import replication
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.sinks.types import UnsupportedColumnType, sink_type
+from airflow_cdc_provider.source.generated_columns import session_dependence
 from airflow_cdc_provider.source.schema import (
     Column,
     TableConfigError,
@@ -364,6 +366,29 @@ def _decoding_problem(table: TableId, col: Column, info: ServerInfo) -> str | No
     return None
 
 
+def check_generated_columns(conn: Any, schema: TableSchema) -> list[str]:
+    """No VIRTUAL column whose value depends on the session (``generated_columns.session_dependence``): a
+    snapshot's SELECT computes it in the reading session, the binlog holds the writing session's value."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT COLUMN_NAME, GENERATION_EXPRESSION FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s "
+                    "AND TABLE_NAME = %s AND EXTRA LIKE %s ORDER BY ORDINAL_POSITION",
+                    (schema.table.database, schema.table.table, "%VIRTUAL%"))
+        virtual = cur.fetchall()
+    stamps = [c.name for c in schema.columns if c.data_type == "timestamp"]
+    problems = []
+    for name, expression in virtual:
+        why = session_dependence(expression or "", stamps)
+        if why is None:
+            continue
+        problems.append(
+            f"column {name!r} of table {str(schema.table)!r} is VIRTUAL AS ({expression}), whose value depends on "
+            f"{why}: a snapshot's SELECT computes it in the reading session while the binlog holds the value the "
+            "writing session computed, so the sink would mix the two: compute it downstream from the captured "
+            f"columns and drop it (ALTER TABLE {display_table(schema.table)} DROP COLUMN `{name.replace('`', '``')}`), "
+            "or leave the table out of source.tables")
+    return problems
+
+
 def check_table_keys(keys: Collection[str], setting: str, captured: Sequence[str]) -> list[str]:
     """The keys of a per-table setting, table patterns as in ``source.tables``, that name or match none of the
     ``captured`` tables: a typo would leave the table with the default without a word."""
@@ -425,7 +450,8 @@ def validate_source(
             problems.append(str(exc))
             continue
         table_problems = (check_table_access(conn, schema) + check_chunk_key(schema, unique_keys(conn, table))
-                          + check_columns(schema, info) + check_foreign_key_actions(conn, table)
+                          + check_columns(schema, info) + check_generated_columns(conn, schema)
+                          + check_foreign_key_actions(conn, table)
                           + check_enum_key_order(conn, schema))
         problems += table_problems
         if not table_problems:

@@ -282,6 +282,35 @@ def test_a_two_digit_year_is_refused(source_db):
         "out of source.tables"]
 
 
+def test_a_virtual_column_computed_in_the_session_is_refused(source_db):
+    """A VIRTUAL column is computed by whoever reads the row; the binlog holds the writing session's value."""
+    source_db.execute("""CREATE TABLE gen (id INT PRIMARY KEY, e INT, ts TIMESTAMP NULL, d DATE,
+        local VARCHAR(40) AS (FROM_UNIXTIME(e)) VIRTUAL, day_of VARCHAR(20) AS (CAST(ts AS DATE)) VIRTUAL,
+        month_name VARCHAR(20) AS (MONTHNAME(d)) VIRTUAL, total INT AS (id + e) VIRTUAL,
+        stored_total INT AS (id * 2) PERSISTENT)""")
+    with source_db.server.app_connection(source_db.name) as conn, conn.cursor() as cur:
+        cur.execute("SET time_zone = '+05:00'")
+        cur.execute("INSERT INTO gen (id, e) VALUES (1, 0)")
+        cur.execute("SELECT local FROM gen")
+        writer_saw = cur.fetchone()[0]
+        conn.commit()
+    assert writer_saw == "1970-01-01 05:00:00"
+    name = source_db.table("gen")
+    drop = f"ALTER TABLE `{source_db.name}`.`gen` DROP COLUMN"
+    why = ("a snapshot's SELECT computes it in the reading session while the binlog holds the value the writing "
+           "session computed, so the sink would mix the two: compute it downstream from the captured columns and drop it")
+    assert problems(source_db.settings, [name]) == [
+        f"column 'local' of table '{name}' is VIRTUAL AS (from_unixtime(`e`)), whose value depends on the session's "
+        f"time zone (from_unixtime): {why} ({drop} `local`), or leave the table out of source.tables",
+        f"column 'day_of' of table '{name}' is VIRTUAL AS (cast(`ts` as date)), whose value depends on the session's "
+        f"time zone (TIMESTAMP column ts): {why} ({drop} `day_of`), or leave the table out of source.tables",
+        f"column 'month_name' of table '{name}' is VIRTUAL AS (monthname(`d`)), whose value depends on the session's "
+        f"locale (lc_time_names) (monthname): {why} ({drop} `month_name`), or leave the table out of source.tables"]
+    source_db.execute("ALTER TABLE gen DROP COLUMN local, DROP COLUMN day_of, DROP COLUMN month_name")
+    kept = validate(source_db.settings, [name]).schemas[0]
+    assert [c.name for c in kept.columns] == ["id", "e", "ts", "d", "total", "stored_total"]
+
+
 def test_columns_the_binlog_cannot_give_as_select_does_are_refused(source_db):
     source_db.execute("""CREATE TABLE odd (id INT PRIMARY KEY, v VARCHAR(10) COMPRESSED,
         s VARCHAR(10) CHARACTER SET sjis, g TEXT CHARACTER SET gbk, u VARCHAR(5) CHARACTER SET utf16 COLLATE
