@@ -52,6 +52,23 @@ def session_dependence(expression: str, timestamp_columns: Collection[str]) -> s
             continue
         if word in SESSION_FUNCTIONS and (called or word in _BARE_FUNCTIONS):
             return f"{SESSION_FUNCTIONS[word]} ({word})"
+        if word == "week" and called and _arguments(tokens, i + 1) == 1:  # its mode, when not given
+            return "the session's default_week_format (week without a mode)"
         if not called and word in stamps:
             return f"the session's time zone (TIMESTAMP column {token.text})"
     return None
+
+
+def _arguments(tokens: list, open_at: int) -> int:
+    """How many arguments the call whose ``(`` is ``tokens[open_at]`` has."""
+    depth, count = 0, 1
+    for token in tokens[open_at:]:
+        if token.token_type is TokenType.L_PAREN:
+            depth += 1
+        elif token.token_type is TokenType.R_PAREN:
+            depth -= 1
+            if depth == 0:
+                return count
+        elif token.token_type is TokenType.COMMA and depth == 1:
+            count += 1
+    return count

@@ -16,6 +16,8 @@ from airflow_cdc_provider.source.generated_columns import session_dependence
     ("concat(`a`,@@time_zone)", "a session variable"),
     ("cast(`ts` as char charset utf8mb4)", "the session's time zone (TIMESTAMP column ts)"),
     ("year(`Ts`)", "the session's time zone (TIMESTAMP column Ts)"),
+    ("week(`d`) + 1", "the session's default_week_format (week without a mode)"),
+    ("week(coalesce(`d`,`e`))", "the session's default_week_format (week without a mode)"),
 ])
 def test_session_dependent_expressions_say_on_what(expression, why):
     assert session_dependence(expression, ["ts"]) == why
@@ -26,6 +28,8 @@ def test_session_dependent_expressions_say_on_what(expression, why):
     "concat(`now`,`user`,`database`)",  # columns named like functions
     "json_value(`doc`,_utf8mb4'$.name')",
     "year(`dt`)",  # a DATETIME column is the same in every session
+    "week(`d`,3)",
+    "yearweek(`d`,0)",
     "convert_tz(`dt`,_utf8mb4'+00:00',_utf8mb4'+05:00')",
 ])
 def test_expressions_of_the_row_alone_pass(expression):
