@@ -13,6 +13,7 @@ from typing import Collection
 
 from sqlglot import TokenType
 from sqlglot.dialects.mysql import MySQL
+from sqlglot.errors import TokenError
 
 # what each function's value depends on besides its arguments
 SESSION_FUNCTIONS = {
@@ -38,24 +39,23 @@ def session_dependence(expression: str, timestamp_columns: Collection[str]) -> s
     as anything but itself is in the session's time zone. None: a function of the row's values alone."""
     try:
         tokens = MySQL().tokenize(expression)
-    except Exception:  # noqa: BLE001 - an expression this cannot read is not judged safe
+    except TokenError:  # an expression this cannot read is not judged safe
         return "an expression the check cannot read"
     stamps = {c.lower() for c in timestamp_columns}
     for i, token in enumerate(tokens):
         word = token.text.lower()
         called = i + 1 < len(tokens) and tokens[i + 1].token_type is TokenType.L_PAREN
+        quoted = token.token_type is TokenType.IDENTIFIER  # a quoted name is a column, never a function
         if token.token_type in (TokenType.SESSION_PARAMETER, TokenType.PARAMETER):
             return "a session variable"
-        if token.token_type is TokenType.IDENTIFIER:  # a quoted name is a column, never a function
-            if word in stamps:
-                return f"the session's time zone (TIMESTAMP column {token.text})"
+        if word in stamps and (quoted or not called):
+            return f"the session's time zone (TIMESTAMP column {token.text})"
+        if quoted:
             continue
         if word in SESSION_FUNCTIONS and (called or word in _BARE_FUNCTIONS):
             return f"{SESSION_FUNCTIONS[word]} ({word})"
         if word == "week" and called and _arguments(tokens, i + 1) == 1:  # its mode, when not given
             return "the session's default_week_format (week without a mode)"
-        if not called and word in stamps:
-            return f"the session's time zone (TIMESTAMP column {token.text})"
     return None
 
 
