@@ -374,10 +374,9 @@ def check_generated_columns(conn: Any, schema: TableSchema) -> list[str]:
                     "AND TABLE_NAME = %s AND EXTRA LIKE %s ORDER BY ORDINAL_POSITION",
                     (schema.table.database, schema.table.table, "%VIRTUAL%"))
         virtual = cur.fetchall()
-    stamps = [c.name for c in schema.columns if c.data_type == "timestamp"]
     problems = []
     for name, expression in virtual:
-        why = session_dependence(expression or "", stamps)
+        why = session_dependence(expression or "", schema.columns)
         if why is None:
             continue
         problems.append(
@@ -385,7 +384,8 @@ def check_generated_columns(conn: Any, schema: TableSchema) -> list[str]:
             f"{why}: a snapshot's SELECT computes it in the reading session while the binlog holds the value the "
             "writing session computed, so the sink would mix the two: compute it downstream from the captured "
             f"columns and drop it (ALTER TABLE {display_table(schema.table)} DROP COLUMN `{name.replace('`', '``')}`), "
-            "or leave the table out of source.tables")
+            "make it STORED (computed once, when the row is written; the server refuses that where it knows the "
+            "value depends on the session), or leave the table out of source.tables")
     return problems
 
 

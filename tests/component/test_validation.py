@@ -282,6 +282,10 @@ def test_a_two_digit_year_is_refused(source_db):
         "out of source.tables"]
 
 
+STORED_OR_LEFT_OUT = ("make it STORED (computed once, when the row is written; the server refuses that where it "
+                      "knows the value depends on the session), or leave the table out of source.tables")
+
+
 def test_a_virtual_column_computed_in_the_session_is_refused(source_db):
     """A VIRTUAL column is computed by whoever reads the row; the binlog holds the writing session's value."""
     source_db.execute("""CREATE TABLE gen (id INT PRIMARY KEY, e INT, ts TIMESTAMP NULL, d DATE,
@@ -301,14 +305,58 @@ def test_a_virtual_column_computed_in_the_session_is_refused(source_db):
            "session computed, so the sink would mix the two: compute it downstream from the captured columns and drop it")
     assert problems(source_db.settings, [name]) == [
         f"column 'local' of table '{name}' is VIRTUAL AS (from_unixtime(`e`)), whose value depends on the session's "
-        f"time zone (from_unixtime): {why} ({drop} `local`), or leave the table out of source.tables",
+        f"time zone (from_unixtime): {why} ({drop} `local`), {STORED_OR_LEFT_OUT}",
         f"column 'day_of' of table '{name}' is VIRTUAL AS (cast(`ts` as date)), whose value depends on the session's "
-        f"time zone (TIMESTAMP column ts): {why} ({drop} `day_of`), or leave the table out of source.tables",
+        f"time zone (TIMESTAMP column ts): {why} ({drop} `day_of`), {STORED_OR_LEFT_OUT}",
         f"column 'month_name' of table '{name}' is VIRTUAL AS (monthname(`d`)), whose value depends on the session's "
-        f"locale (lc_time_names) (monthname): {why} ({drop} `month_name`), or leave the table out of source.tables"]
+        f"locale (lc_time_names) (monthname): {why} ({drop} `month_name`), {STORED_OR_LEFT_OUT}"]
     source_db.execute("ALTER TABLE gen DROP COLUMN local, DROP COLUMN day_of, DROP COLUMN month_name")
     kept = validate(source_db.settings, [name]).schemas[0]
     assert [c.name for c in kept.columns] == ["id", "e", "ts", "d", "total", "stored_total"]
+
+
+def test_a_virtual_column_computed_with_the_sessions_sql_mode_or_precision_is_refused(source_db):
+    """Settings read when a statement runs (sql_mode) or when a session first opens the table (the division's
+    precision: later sessions reuse that instance of the expression) change a VIRTUAL column's value."""
+    source_db.execute("""CREATE TABLE modes (id INT PRIMARY KEY, e INT, u INT UNSIGNED, c CHAR(10), s VARCHAR(20),
+        ratio VARCHAR(64) AS (CONCAT(e / 7)) VIRTUAL, padded VARCHAR(20) AS (CONCAT(c, '|')) VIRTUAL,
+        diff BIGINT AS (u - e) VIRTUAL, as_date VARCHAR(20) AS (CONCAT(CAST(s AS DATE))) VIRTUAL,
+        whole INT AS (e DIV 7) VIRTUAL, joined VARCHAR(40) AS (CONCAT(s, '-', e)) VIRTUAL)""")
+    root = source_db.server.root_connection()
+    try:
+        with root.cursor() as cur:
+            cur.execute("FLUSH TABLES")
+            cur.execute("SET div_precision_increment = 9, sql_mode = CONCAT(@@sql_mode, ',PAD_CHAR_TO_FULL_LENGTH')")
+            cur.execute(f"INSERT INTO `{source_db.name}`.modes (id, e, u, c, s) VALUES (1, 10, 20, 'ab', '2020-01-02')")
+            cur.execute(f"SELECT ratio, padded FROM `{source_db.name}`.modes")
+            writer_saw = cur.fetchone()
+            root.commit()
+            cur.execute("FLUSH TABLES")
+    finally:
+        root.close()
+    with source_db.server.app_connection(source_db.name) as conn, conn.cursor() as cur:
+        cur.execute("SELECT ratio, padded FROM modes")
+        reader_saw = cur.fetchone()
+    assert writer_saw == ("1.428571428", "ab        |") and reader_saw == ("1.4286", "ab|")
+    name = source_db.table("modes")
+    drop = f"ALTER TABLE `{source_db.name}`.`modes` DROP COLUMN"
+    why = ("a snapshot's SELECT computes it in the reading session while the binlog holds the value the writing "
+           "session computed, so the sink would mix the two: compute it downstream from the captured columns and drop it")
+    dates = "sql_mode (ALLOW_INVALID_DATES, NO_ZERO_DATE, NO_ZERO_IN_DATE, TIME_ROUND_FRACTIONAL)"
+    assert problems(source_db.settings, [name]) == [
+        f"column 'ratio' of table '{name}' is VIRTUAL AS (concat(`e` / 7)), whose value depends on the session's "
+        f"div_precision_increment (a division with /; DIV is the same in every session): {why} ({drop} `ratio`), "
+        f"{STORED_OR_LEFT_OUT}",
+        f"column 'padded' of table '{name}' is VIRTUAL AS (concat(`c`,'|')), whose value depends on the session's "
+        f"sql_mode PAD_CHAR_TO_FULL_LENGTH (CHAR column c): {why} ({drop} `padded`), {STORED_OR_LEFT_OUT}",
+        f"column 'diff' of table '{name}' is VIRTUAL AS (`u` - `e`), whose value depends on the session's sql_mode "
+        f"NO_UNSIGNED_SUBTRACTION (a subtraction with u): {why} ({drop} `diff`), {STORED_OR_LEFT_OUT}",
+        f"column 'as_date' of table '{name}' is VIRTUAL AS (concat(cast(`s` as date))), whose value depends on the "
+        f"session's {dates} (a date or time read from VARCHAR column s): {why} ({drop} `as_date`), "
+        f"{STORED_OR_LEFT_OUT}"]
+    source_db.execute("ALTER TABLE modes DROP COLUMN ratio, DROP COLUMN padded, DROP COLUMN diff, DROP COLUMN as_date")
+    kept = validate(source_db.settings, [name]).schemas[0]
+    assert [c.name for c in kept.columns] == ["id", "e", "u", "c", "s", "whole", "joined"]
 
 
 def test_columns_the_binlog_cannot_give_as_select_does_are_refused(source_db):
