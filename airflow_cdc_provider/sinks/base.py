@@ -21,6 +21,7 @@ Who calls what:
 from __future__ import annotations
 
 import abc
+import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Protocol
@@ -40,6 +41,7 @@ META_NAMES = tuple(n for n, _ in META_COLUMNS)
 VERSION_COLUMNS = ("_cdc_file_seq", "_cdc_pos", "_cdc_row")
 ROW_OPS = ("r", "c", "u", "d")  # the ops of rows with data (the others are schema changes' records)
 EMPTYING_OPS = ("t", "x")  # truncate and drop: every row of the table older than the record is gone
+ABANDONED_AFTER = 24 * 3600  # seconds without a write after which a staging directory is a killed writer's
 CHUNK_COLUMN = "__cdc_chunk"  # a snapshot window's rows: the index of each row's chunk
 
 Hook = Callable[[], None]
@@ -194,3 +196,12 @@ class FileSink(Sink):
 
     def describe(self) -> str:
         return f"{self.type} sink at {self.config.path}"
+
+    def remove_abandoned_staging(self, table: str) -> None:
+        """Staged rows a killed window or batch left behind (its retry stages anew): removed once nothing was
+        written in them for a day, which no live write comes near."""
+        removed = self.layout.storage.remove_abandoned(self.layout.staging_root(table), ABANDONED_AFTER)
+        if removed:
+            logging.getLogger("airflow_cdc.sink").warning(
+                "%s: removed %d staging directories a killed write left behind more than %d hours ago (%s)", table,
+                len(removed), ABANDONED_AFTER // 3600, ", ".join(removed[:5]) + (", ..." if len(removed) > 5 else ""))

@@ -264,8 +264,11 @@ class DeltaLayout:
     def table_uri(self, table: str) -> str:
         return self.storage.location(table_dir_name(table))
 
+    def staging_root(self, table: str) -> str:
+        return f"_staging/{table_dir_name(table)}"
+
     def staging_dir(self, table: str) -> str:
-        return f"_staging/{table_dir_name(table)}/{uuid.uuid4().hex}"
+        return f"{self.staging_root(table)}/{uuid.uuid4().hex}"
 
     def parquet_files(self, rel: str) -> list[str]:
         return [f"{rel}/{n}" for n in self.storage.listdir(rel) if n.endswith(".parquet")]
@@ -353,6 +356,7 @@ class DeltaSink(FileSink):
         existing table as it is. Either way the table's statistics columns leave out ``unsafe_stats_columns``.
         Several jobs may prepare at once: whoever loses a commit looks again."""
         table = str(types.schema.table)
+        self.remove_abandoned_staging(table)
         committing(f"{table}: prepare", lambda: self._prepare(types, evolve))
 
     def _prepare(self, types, evolve: bool) -> None:

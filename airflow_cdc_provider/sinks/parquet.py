@@ -147,8 +147,11 @@ class ParquetLayout:
     def batch_dir(self, table: str, batch_id: int) -> str:
         return f"{self.changes_dir(table)}/batch={batch_id}"
 
+    def staging_root(self, table: str) -> str:
+        return f"{self.table_dir(table)}/_staging"
+
     def staging_dir(self, table: str) -> str:
-        return f"{self.table_dir(table)}/_staging/{uuid.uuid4().hex}"
+        return f"{self.staging_root(table)}/{uuid.uuid4().hex}"
 
     def publish(self, staging: str, final: str) -> None:
         """Replace ``final`` with ``staging``: remove the old copy, then one rename."""
@@ -299,6 +302,7 @@ class ParquetSink(FileSink):
         from pyspark.sql.types import StructType
 
         table = str(types.schema.table)
+        self.remove_abandoned_staging(table)
         schema_json = StructType.fromDDL(types.spark_ddl).json()
         current = self.layout.read_schema(table)
         if current is None:

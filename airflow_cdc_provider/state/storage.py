@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import posixpath
 import tempfile
+import time
 import uuid
 from typing import IO, Any, Callable
 from urllib.parse import urlsplit
@@ -189,6 +190,23 @@ class Storage:
             self.fs.rm(self.path(rel), recursive=True)
         except FileNotFoundError:
             pass
+
+    def remove_abandoned(self, rel: str, older_than: float) -> list[str]:
+        """Remove the entries of directory ``rel`` in which nothing was written for ``older_than`` seconds (what a
+        killed writer left on its way in); their names. An entry whose age this filesystem cannot tell stays."""
+        now = time.time()
+        removed = []
+        for name in self.listdir(rel):
+            entry = self.path(f"{rel}/{name}")
+            try:
+                files = self.fs.find(entry) or [entry]
+                newest = max(self.fs.modified(f).timestamp() for f in files)
+            except (NotImplementedError, OSError, ValueError):
+                continue
+            if now - newest > older_than:
+                self.rmtree(f"{rel}/{name}")
+                removed.append(name)
+        return removed
 
     def ensure_writable(self, what: str) -> None:
         """Create the root if needed and prove a file can be written there; else a StorageError naming the key."""
