@@ -376,7 +376,8 @@ def check_generated_columns(conn: Any, schema: TableSchema) -> list[str]:
         virtual = cur.fetchall()
     problems = []
     for name, expression in virtual:
-        why = session_dependence(expression or "", schema.columns)
+        why = session_dependence(expression or "", schema.columns,
+                                 next((c for c in schema.columns if c.name == name), None))
         if why is None:
             continue
         problems.append(

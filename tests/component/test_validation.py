@@ -321,7 +321,9 @@ def test_a_virtual_column_computed_with_the_sessions_sql_mode_or_precision_is_re
     source_db.execute("""CREATE TABLE modes (id INT PRIMARY KEY, e INT, u INT UNSIGNED, c CHAR(10), s VARCHAR(20),
         ratio VARCHAR(64) AS (CONCAT(e / 7)) VIRTUAL, padded VARCHAR(20) AS (CONCAT(c, '|')) VIRTUAL,
         diff BIGINT AS (u - e) VIRTUAL, as_date VARCHAR(20) AS (CONCAT(CAST(s AS DATE))) VIRTUAL,
-        whole INT AS (e DIV 7) VIRTUAL, joined VARCHAR(40) AS (CONCAT(s, '-', e)) VIRTUAL)""")
+        whole INT AS (e DIV 7) VIRTUAL, joined VARCHAR(40) AS (CONCAT(s, '-', e)) VIRTUAL, d DATE,
+        matched INT AS (s REGEXP 'x.y') VIRTUAL, due DATE AS (d + INTERVAL e DAY) VIRTUAL,
+        due_text VARCHAR(20) AS (CONCAT(d + INTERVAL e DAY)) VIRTUAL)""")
     root = source_db.server.root_connection()
     try:
         with root.cursor() as cur:
@@ -353,10 +355,16 @@ def test_a_virtual_column_computed_with_the_sessions_sql_mode_or_precision_is_re
         f"NO_UNSIGNED_SUBTRACTION (a subtraction with u): {why} ({drop} `diff`), {STORED_OR_LEFT_OUT}",
         f"column 'as_date' of table '{name}' is VIRTUAL AS (concat(cast(`s` as date))), whose value depends on the "
         f"session's {dates} (a date or time read from VARCHAR column s): {why} ({drop} `as_date`), "
-        f"{STORED_OR_LEFT_OUT}"]
-    source_db.execute("ALTER TABLE modes DROP COLUMN ratio, DROP COLUMN padded, DROP COLUMN diff, DROP COLUMN as_date")
+        f"{STORED_OR_LEFT_OUT}",
+        f"column 'matched' of table '{name}' is VIRTUAL AS (`s` regexp 'x.y'), whose value depends on the session's "
+        f"default_regex_flags (regexp): {why} ({drop} `matched`), {STORED_OR_LEFT_OUT}",
+        f"column 'due' of table '{name}' is VIRTUAL AS (`d` + interval `e` day), whose value depends on the session's "
+        "time zone and sql_mode (a VIRTUAL DATE column: the value is converted to its type in the session): "
+        f"{why} ({drop} `due`), {STORED_OR_LEFT_OUT}"]
+    source_db.execute("ALTER TABLE modes DROP COLUMN ratio, DROP COLUMN padded, DROP COLUMN diff, DROP COLUMN as_date, "
+                      "DROP COLUMN matched, DROP COLUMN due")
     kept = validate(source_db.settings, [name]).schemas[0]
-    assert [c.name for c in kept.columns] == ["id", "e", "u", "c", "s", "whole", "joined"]
+    assert [c.name for c in kept.columns] == ["id", "e", "u", "c", "s", "whole", "joined", "d", "due_text"]
 
 
 def test_columns_the_binlog_cannot_give_as_select_does_are_refused(source_db):

@@ -15,7 +15,10 @@ def column(name: str, column_type: str, precision: int | None = None) -> Column:
 COLUMNS = [column("id", "int(11)"), column("u", "int(10) unsigned"), column("e", "int(11)"),
            column("n", "decimal(10,2)"), column("s", "varchar(20)"), column("c", "char(10)"), column("d", "date"),
            column("dt", "datetime", 0), column("dt6", "datetime(6)", 6), column("ts", "timestamp", 0),
-           column("Ts", "timestamp", 0), column("t", "time", 0), column("doc", "longtext"), column("y", "year(4)")]
+           column("Ts", "timestamp", 0), column("t", "time", 0), column("doc", "longtext"), column("y", "year(4)"),
+           column("x", "double"), column("b", "bit(8)")]
+DATES_READ = "the session's sql_mode (ALLOW_INVALID_DATES, NO_ZERO_DATE, NO_ZERO_IN_DATE, TIME_ROUND_FRACTIONAL)"
+SUBTRACTION = "the session's sql_mode NO_UNSIGNED_SUBTRACTION (a subtraction with"
 
 
 @pytest.mark.parametrize("expression, why", [
@@ -49,6 +52,31 @@ COLUMNS = [column("id", "int(11)"), column("u", "int(10) unsigned"), column("e",
                              "TIME_ROUND_FRACTIONAL) (a date or time read from VARCHAR column s)"),
     ("extract(year from `s`)", "the session's sql_mode (ALLOW_INVALID_DATES, NO_ZERO_DATE, NO_ZERO_IN_DATE, "
                                "TIME_ROUND_FRACTIONAL) (a date or time read from VARCHAR column s)"),
+    ("`s` regexp _utf8mb4'x.y'", "the session's default_regex_flags (regexp)"),
+    ("regexp_replace(`s`,_utf8mb4'x.y',_utf8mb4'-')", "the session's default_regex_flags (regexp_replace)"),
+    ("to_char(`d`,_utf8mb4'MONTH DAY')", "the session's locale (lc_time_names) (to_char)"),
+    ("version()", "the server's version (version)"),
+    ("greatest(`d`,`s`)", f"{DATES_READ} (a date or time read from DATE column d)"),
+    ("least(`d`,_utf8mb4'2030-01-01')", f"{DATES_READ} (a date or time read from DATE column d)"),
+    ("cast(`d` as datetime)", f"{DATES_READ} (a date or time read from DATE column d)"),
+    ("date(`dt`)", f"{DATES_READ} (a date or time read from DATETIME column dt)"),
+    ("cast(concat(year(`d`),_utf8mb4'-02-31') as date)", f"{DATES_READ} (a date or time read from concat())"),
+    ("last_day(if(`d` is null,_utf8mb4'2020-02-31',`d`))", f"{DATES_READ} (a date or time read from if())"),
+    ("last_day(_utf8mb4'2020-02-31')", f"{DATES_READ} (a date or time read from the string '2020-02-31')"),
+    ("to_days(`d` + interval 0.9 second)", f"{DATES_READ} (a date or time read from the number 0.9)"),
+    ("column_get(`doc`,_utf8mb4'x' as date)", f"{DATES_READ} (a date or time read from column_get())"),
+    ("`d` - 1 + interval 1 day", f"{DATES_READ} (a date or time read from DATE column d)"),  # a number as a date
+    ("interval 1 day + `d` * 2", f"{DATES_READ} (a date or time read from DATE column d)"),
+    ("concat(`s` + interval 1 day)", f"{DATES_READ} (a date or time read from VARCHAR column s)"),
+    ("`b` - 5", f"{SUBTRACTION} b)"),
+    ("`y` - 2030", f"{SUBTRACTION} y)"),
+    ("`e` - crc32(_utf8mb4'x')", f"{SUBTRACTION} crc32())"),
+    ("`e` - 0xff", f"{SUBTRACTION} 0xff)"),
+    ("`e` - b'1010'", f"{SUBTRACTION} b'1010')"),
+    ("`e` - (`e` | 0) - 1", f"{SUBTRACTION} |)"),
+    ("0 - ~`e`", f"{SUBTRACTION} ~)"),
+    ("`e` - (`e` << 1)", f"{SUBTRACTION} <<)"),
+    ("`e` - 9223372036854775808", f"{SUBTRACTION} 9223372036854775808)"),
 ])
 def test_session_dependent_expressions_say_on_what(expression, why):
     assert session_dependence(expression, COLUMNS) == why
@@ -69,7 +97,25 @@ def test_session_dependent_expressions_say_on_what(expression, why):
     "concat(`s`,_utf8mb4'-',`e`)",
     "to_days(`d`) - to_days(`dt`)",
     "`y` + 1",
+    "`x` / `e`",  # a DOUBLE division: no session setting changes its digits
+    "`e` / 3e0",
+    "`d` + interval `e` day",  # an integer column as the amount
+    "date_add(`d`,interval -`e` month)",
+    "to_days(`d`) - 5",
+    "concat(`s`,`d` + interval 1 day)",  # the date read is the DATE column's alone
+    "concat(`e` * (`d` + interval 1 day))",
+    "interval 1 day + `d`",
 ])
 def test_expressions_of_the_row_alone_pass(expression):
     assert session_dependence(expression, COLUMNS + [column("now", "int(11)"), column("user", "int(11)"),
                                                      column("database", "int(11)")]) is None
+
+
+@pytest.mark.parametrize("own", ["date", "datetime", "timestamp", "time"])
+def test_a_virtual_column_of_a_temporal_type_is_converted_in_the_session(own):
+    """Its value is converted to its type by the session that computes it: time zone, invalid or zero dates,
+    fractional seconds."""
+    assert session_dependence("`d`", COLUMNS, column("v", own)) == (
+        f"the session's time zone and sql_mode (a VIRTUAL {own.upper()} column: the value is converted to its "
+        "type in the session)")
+    assert session_dependence("`d`", COLUMNS, column("v", "varchar(10)")) is None
