@@ -110,8 +110,9 @@ def session_dependence(expression: str, columns: Sequence["Column"], column: "Co
     if unsigned and any(t.token_type is TokenType.DASH and i and tokens[i - 1].token_type in _OPERAND_ENDS
                         for i, t in enumerate(tokens)):
         return f"the session's sql_mode NO_UNSIGNED_SUBTRACTION (a subtraction with {unsigned})"
+    timezones, amounts = _convert_tz_arguments(tokens), _interval_amounts(tokens)
     for first, last, checking in _temporal_reads(tokens, used):
-        why = _date_read(tokens, first, last, checking, used)
+        why = _date_read(tokens, range(first + 1, last), checking, used, timezones, amounts)
         if why:
             return f"{_DATES_READ} (a date or time read from {why})"
     return None
@@ -235,13 +236,12 @@ def _interval_arithmetic(tokens: list, at: int) -> tuple[int, int, bool]:
     return whole
 
 
-def _date_read(tokens: list, first: int, last: int, checking: bool, used: dict) -> str | None:
-    """What in ``tokens[first + 1:last]``, read as a date or time, can give another value in another session:
-    a column of another type (or any column, when the reading ``checking``), a string, a fractional number, or
-    another function's result; None when nothing."""
-    exempt = _convert_tz_arguments(tokens)
-    amounts = _interval_amounts(tokens)
-    for j in range(first + 1, last):
+def _date_read(tokens: list, read: range, checking: bool, used: dict, timezones: set[int],
+               amounts: set[int]) -> str | None:
+    """What in ``tokens[read]``, read as a date or time, can give another value in another session: a column of
+    another type (or any column, when the reading ``checking``), a string, a fractional number, or another
+    function's result; None when nothing. ``timezones``: CONVERT_TZ's arguments; ``amounts``: INTERVAL amounts."""
+    for j in read:
         token = tokens[j]
         if j in used and j in amounts and used[j].is_integer:
             continue  # how many days, months, ... to add: a number
@@ -250,7 +250,7 @@ def _date_read(tokens: list, first: int, last: int, checking: bool, used: dict) 
             whole = c.data_type in _WHOLE_DATES or (c.data_type == "datetime" and not c.datetime_precision)
             if not whole or checking:
                 return f"{c.data_type.upper()} column {c.name}"
-        elif token.token_type is TokenType.STRING and j not in exempt:
+        elif token.token_type is TokenType.STRING and j not in timezones:
             return f"the string '{token.text}'"
         elif token.token_type is TokenType.NUMBER and not token.text.isdigit():
             return f"the number {token.text}"
