@@ -58,7 +58,14 @@ TEMPORAL_FUNCTIONS = frozenset((
 # in it, or an invalid day, stored under another mode, comes out NULL), and comparisons of dates
 _CHECKING = frozenset(("date", "timestamp", "datetime", "cast", "convert", "greatest", "least"))
 _TEMPORAL_TYPES = frozenset(("date", "datetime", "time", "timestamp"))
-_WHOLE_DATES = frozenset(("date", "year"))  # columns a date function reads the same way in every session
+_WHOLE_DATES = frozenset(("date", "year", "datetime"))  # columns a date function reads the same way in every session
+_DATED = _TEMPORAL_TYPES | {"year"}
+# functions that return one of their arguments (or it rounded) as it is: given a date, they return a date, which
+# is checked against the session's sql_mode when the column's type converts it (a zero date comes out NULL)
+_DATE_RETURNING = frozenset(("if", "ifnull", "nvl", "nvl2", "coalesce", "nullif", "last_value", "decode_oracle",
+                             "decode", "round", "floor", "ceiling", "ceil", "truncate"))
+# operators that bind an operand to their left before a / does (the operand of / is then their result)
+_BINDING_LEFT = frozenset((TokenType.DIV, TokenType.MOD, TokenType.STAR, TokenType.SLASH, TokenType.CARET))
 _OPERAND_ENDS = frozenset((TokenType.IDENTIFIER, TokenType.VAR, TokenType.NUMBER, TokenType.STRING,
                            TokenType.R_PAREN, TokenType.HEX_STRING, TokenType.BIT_STRING))
 _BITWISE = frozenset((TokenType.PIPE, TokenType.AMP, TokenType.CARET, TokenType.TILDE))
@@ -124,22 +131,24 @@ def _column_dependence(column: "Column") -> str | None:
         return "the session's time zone"
     if column.data_type == "time":  # as a date, it takes today's date (or a zero one under old_mode)
         return "the clock and the session's old_mode"
-    if column.data_type == "datetime" and column.datetime_precision:
-        return "the session's sql_mode TIME_ROUND_FRACTIONAL (fractional seconds rounded or truncated)"
     if column.data_type == "char":  # padded to its length under PAD_CHAR_TO_FULL_LENGTH
         return "the session's sql_mode PAD_CHAR_TO_FULL_LENGTH"
     return None
 
 
 def _float_division(tokens: list, at: int, types: dict) -> bool:
-    """Whether the ``/`` at ``tokens[at]`` has a FLOAT or DOUBLE column or a literal in e-notation right beside
-    it: its result is then a DOUBLE, whose digits no session setting changes."""
+    """Whether an operand of the ``/`` at ``tokens[at]`` is a FLOAT or DOUBLE column or a literal in e-notation
+    (not bound first to another operand, as in ``a DIV x / 7`` or ``a / x ^ 2``): its result is then a DOUBLE,
+    whose digits no session setting changes."""
     def is_float(token) -> bool:
         if token.token_type is TokenType.NUMBER:
             return "e" in token.text.lower()
         column = types.get(token.text.lower()) if token.token_type in (TokenType.IDENTIFIER, TokenType.VAR) else None
         return column is not None and column.data_type in _FLOATS
-    return any(0 <= j < len(tokens) and is_float(tokens[j]) for j in (at - 1, at + 1))
+    left = at >= 1 and is_float(tokens[at - 1]) and not (at >= 2 and tokens[at - 2].token_type in _BINDING_LEFT)
+    right = at + 1 < len(tokens) and is_float(tokens[at + 1]) and not (
+        at + 2 < len(tokens) and tokens[at + 2].token_type is TokenType.CARET)
+    return left or right
 
 
 def _unsigned_operand(tokens: list, used: dict) -> str | None:
@@ -169,13 +178,20 @@ def _temporal_reads(tokens: list, used: dict) -> list[tuple[int, int, bool]]:
     """The token ranges (exclusive) whose values are read as dates or times, and whether the reading checks
     even a DATE column's value: the arguments of a date or time function, of a CAST or CONVERT to a temporal type
     (``... AS DATE`` anywhere, as in COLUMN_GET), of GREATEST or LEAST over a temporal column, and the whole
-    expression when it has INTERVAL arithmetic."""
+    expression when it has INTERVAL arithmetic; and the first date column a function that returns its arguments
+    (IF, COALESCE, CASE, ROUND, ...) may return."""
     reads = []
     for i, token in enumerate(tokens):
         word = token.text.lower()
         called = i + 1 < len(tokens) and tokens[i + 1].token_type is TokenType.L_PAREN
-        if token.token_type is TokenType.INTERVAL:
+        if token.token_type is TokenType.INTERVAL and not _interval_function(tokens, i):
             reads.append(_interval_arithmetic(tokens, i))
+        elif token.token_type is TokenType.CASE or (word in _DATE_RETURNING and called
+                                                    and token.token_type is not TokenType.IDENTIFIER):
+            end = _case_end(tokens, i) if token.token_type is TokenType.CASE else _closing(tokens, i + 1)
+            returned = next((j for j, c in sorted(used.items()) if i < j < end and c.data_type in _DATED), None)
+            if returned is not None:
+                reads.append((returned - 1, returned + 1, True))
         elif token.token_type is TokenType.ALIAS and i + 1 < len(tokens) and \
                 tokens[i + 1].text.lower() in _TEMPORAL_TYPES:
             reads.append((-1, len(tokens), True))
@@ -236,6 +252,28 @@ def _interval_arithmetic(tokens: list, at: int) -> tuple[int, int, bool]:
     return whole
 
 
+def _interval_function(tokens: list, at: int) -> bool:
+    """Whether the INTERVAL at ``tokens[at]`` is the INTERVAL(N, N1, N2, ...) function (a number), not ``INTERVAL
+    (amount) unit``."""
+    if at + 1 >= len(tokens) or tokens[at + 1].token_type is not TokenType.L_PAREN:
+        return False
+    close = _closing(tokens, at + 1)
+    return close + 1 >= len(tokens) or tokens[close + 1].text.lower() not in _INTERVAL_UNITS
+
+
+def _case_end(tokens: list, at: int) -> int:
+    """The index of the END closing the CASE at ``tokens[at]`` (the end when none does)."""
+    depth = 0
+    for j in range(at, len(tokens)):
+        if tokens[j].token_type is TokenType.CASE:
+            depth += 1
+        elif tokens[j].token_type is TokenType.END:
+            depth -= 1
+            if depth == 0:
+                return j
+    return len(tokens)
+
+
 def _date_read(tokens: list, read: range, checking: bool, used: dict, timezones: set[int],
                amounts: set[int]) -> str | None:
     """What in ``tokens[read]``, read as a date or time, can give another value in another session: a column of
@@ -247,8 +285,7 @@ def _date_read(tokens: list, read: range, checking: bool, used: dict, timezones:
             continue  # how many days, months, ... to add: a number
         if j in used:
             c = used[j]
-            whole = c.data_type in _WHOLE_DATES or (c.data_type == "datetime" and not c.datetime_precision)
-            if not whole or checking:
+            if c.data_type not in _WHOLE_DATES or checking:
                 return f"{c.data_type.upper()} column {c.name}"
         elif token.token_type is TokenType.STRING and j not in timezones:
             return f"the string '{token.text}'"

@@ -284,6 +284,10 @@ def test_a_two_digit_year_is_refused(source_db):
 
 STORED_OR_LEFT_OUT = ("make it STORED (computed once, when the row is written; the server refuses that where it "
                       "knows the value depends on the session), or leave the table out of source.tables")
+# why a VIRTUAL column computed from the session is refused
+SESSION_MIX = ("a snapshot's SELECT computes it in the reading session while the binlog holds the value the writing "
+               "session computed, so the sink would mix the two: compute it downstream from the captured columns and "
+               "drop it")
 
 
 def test_a_virtual_column_computed_in_the_session_is_refused(source_db):
@@ -301,15 +305,13 @@ def test_a_virtual_column_computed_in_the_session_is_refused(source_db):
     assert writer_saw == "1970-01-01 05:00:00"
     name = source_db.table("gen")
     drop = f"ALTER TABLE `{source_db.name}`.`gen` DROP COLUMN"
-    why = ("a snapshot's SELECT computes it in the reading session while the binlog holds the value the writing "
-           "session computed, so the sink would mix the two: compute it downstream from the captured columns and drop it")
     assert problems(source_db.settings, [name]) == [
         f"column 'local' of table '{name}' is VIRTUAL AS (from_unixtime(`e`)), whose value depends on the session's "
-        f"time zone (from_unixtime): {why} ({drop} `local`), {STORED_OR_LEFT_OUT}",
+        f"time zone (from_unixtime): {SESSION_MIX} ({drop} `local`), {STORED_OR_LEFT_OUT}",
         f"column 'day_of' of table '{name}' is VIRTUAL AS (cast(`ts` as date)), whose value depends on the session's "
-        f"time zone (TIMESTAMP column ts): {why} ({drop} `day_of`), {STORED_OR_LEFT_OUT}",
+        f"time zone (TIMESTAMP column ts): {SESSION_MIX} ({drop} `day_of`), {STORED_OR_LEFT_OUT}",
         f"column 'month_name' of table '{name}' is VIRTUAL AS (monthname(`d`)), whose value depends on the session's "
-        f"locale (lc_time_names) (monthname): {why} ({drop} `month_name`), {STORED_OR_LEFT_OUT}"]
+        f"locale (lc_time_names) (monthname): {SESSION_MIX} ({drop} `month_name`), {STORED_OR_LEFT_OUT}"]
     source_db.execute("ALTER TABLE gen DROP COLUMN local, DROP COLUMN day_of, DROP COLUMN month_name")
     kept = validate(source_db.settings, [name]).schemas[0]
     assert [c.name for c in kept.columns] == ["id", "e", "ts", "d", "total", "stored_total"]
@@ -342,29 +344,58 @@ def test_a_virtual_column_computed_with_the_sessions_sql_mode_or_precision_is_re
     assert writer_saw == ("1.428571428", "ab        |") and reader_saw == ("1.4286", "ab|")
     name = source_db.table("modes")
     drop = f"ALTER TABLE `{source_db.name}`.`modes` DROP COLUMN"
-    why = ("a snapshot's SELECT computes it in the reading session while the binlog holds the value the writing "
-           "session computed, so the sink would mix the two: compute it downstream from the captured columns and drop it")
     dates = "sql_mode (ALLOW_INVALID_DATES, NO_ZERO_DATE, NO_ZERO_IN_DATE, TIME_ROUND_FRACTIONAL)"
     assert problems(source_db.settings, [name]) == [
         f"column 'ratio' of table '{name}' is VIRTUAL AS (concat(`e` / 7)), whose value depends on the session's "
-        f"div_precision_increment (a division with /; DIV is the same in every session): {why} ({drop} `ratio`), "
+        f"div_precision_increment (a division with /; DIV is the same in every session): {SESSION_MIX} ({drop} `ratio`), "
         f"{STORED_OR_LEFT_OUT}",
         f"column 'padded' of table '{name}' is VIRTUAL AS (concat(`c`,'|')), whose value depends on the session's "
-        f"sql_mode PAD_CHAR_TO_FULL_LENGTH (CHAR column c): {why} ({drop} `padded`), {STORED_OR_LEFT_OUT}",
+        f"sql_mode PAD_CHAR_TO_FULL_LENGTH (CHAR column c): {SESSION_MIX} ({drop} `padded`), {STORED_OR_LEFT_OUT}",
         f"column 'diff' of table '{name}' is VIRTUAL AS (`u` - `e`), whose value depends on the session's sql_mode "
-        f"NO_UNSIGNED_SUBTRACTION (a subtraction with u): {why} ({drop} `diff`), {STORED_OR_LEFT_OUT}",
+        f"NO_UNSIGNED_SUBTRACTION (a subtraction with u): {SESSION_MIX} ({drop} `diff`), {STORED_OR_LEFT_OUT}",
         f"column 'as_date' of table '{name}' is VIRTUAL AS (concat(cast(`s` as date))), whose value depends on the "
-        f"session's {dates} (a date or time read from VARCHAR column s): {why} ({drop} `as_date`), "
+        f"session's {dates} (a date or time read from VARCHAR column s): {SESSION_MIX} ({drop} `as_date`), "
         f"{STORED_OR_LEFT_OUT}",
         f"column 'matched' of table '{name}' is VIRTUAL AS (`s` regexp 'x.y'), whose value depends on the session's "
-        f"default_regex_flags (regexp): {why} ({drop} `matched`), {STORED_OR_LEFT_OUT}",
+        f"default_regex_flags (regexp): {SESSION_MIX} ({drop} `matched`), {STORED_OR_LEFT_OUT}",
         f"column 'due' of table '{name}' is VIRTUAL AS (`d` + interval `e` day), whose value depends on the session's "
         "time zone and sql_mode (a VIRTUAL DATE column: the value is converted to its type in the session): "
-        f"{why} ({drop} `due`), {STORED_OR_LEFT_OUT}"]
+        f"{SESSION_MIX} ({drop} `due`), {STORED_OR_LEFT_OUT}"]
     source_db.execute("ALTER TABLE modes DROP COLUMN ratio, DROP COLUMN padded, DROP COLUMN diff, DROP COLUMN as_date, "
                       "DROP COLUMN matched, DROP COLUMN due")
     kept = validate(source_db.settings, [name]).schemas[0]
     assert [c.name for c in kept.columns] == ["id", "e", "u", "c", "s", "whole", "joined", "d", "due_text"]
+
+
+def test_a_virtual_column_returning_a_date_column_is_refused(source_db):
+    """IFNULL, COALESCE, CASE, ROUND ... of a DATE return it as a date, which the session's sql_mode checks when the
+    VIRTUAL column's type converts it: a zero date stored under another mode is logged as the writer's session saw
+    it. A fractional DATETIME read as a whole by a date function passes."""
+    source_db.execute("""CREATE TABLE zero (id INT PRIMARY KEY, d DATE, d2 DATE, dt6 DATETIME(6),
+        first_day VARCHAR(20) AS (IFNULL(d, d2)) VIRTUAL, made INT AS (YEAR(dt6)) VIRTUAL)""")
+    root = source_db.server.root_connection()
+    try:
+        with root.cursor() as cur:
+            cur.execute("SET sql_mode = ''")  # a zero date goes in
+            cur.execute(f"INSERT INTO `{source_db.name}`.zero (id, d, d2, dt6) "
+                        "VALUES (1, '0000-00-00', '2024-03-01', '2024-12-31 23:59:59.999999')")
+            cur.execute("SET sql_mode = 'NO_ZERO_DATE,NO_ZERO_IN_DATE'")
+            cur.execute(f"UPDATE `{source_db.name}`.zero SET d2 = '2024-03-02' WHERE id = 1")
+            cur.execute(f"SELECT first_day FROM `{source_db.name}`.zero")
+            writer_saw = cur.fetchone()[0]
+            root.commit()
+    finally:
+        root.close()
+    with source_db.server.app_connection(source_db.name) as conn, conn.cursor() as cur:
+        cur.execute("SELECT first_day, made FROM zero")
+        reader_saw = cur.fetchone()
+    assert writer_saw == "2024-03-02" and reader_saw == ("0000-00-00", 2024)
+    name = source_db.table("zero")
+    drop = f"ALTER TABLE `{source_db.name}`.`zero` DROP COLUMN"
+    assert problems(source_db.settings, [name]) == [
+        f"column 'first_day' of table '{name}' is VIRTUAL AS (ifnull(`d`,`d2`)), whose value depends on the "
+        "session's sql_mode (ALLOW_INVALID_DATES, NO_ZERO_DATE, NO_ZERO_IN_DATE, TIME_ROUND_FRACTIONAL) (a date or "
+        f"time read from DATE column d): {SESSION_MIX} ({drop} `first_day`), {STORED_OR_LEFT_OUT}"]
 
 
 def test_columns_the_binlog_cannot_give_as_select_does_are_refused(source_db):

@@ -39,8 +39,8 @@ SUBTRACTION = "the session's sql_mode NO_UNSIGNED_SUBTRACTION (a subtraction wit
     ("`u` - `e`", "the session's sql_mode NO_UNSIGNED_SUBTRACTION (a subtraction with u)"),
     ("cast(`e` as unsigned) - 5", "the session's sql_mode NO_UNSIGNED_SUBTRACTION (a subtraction with unsigned)"),
     ("concat(`c`,_utf8mb4'|')", "the session's sql_mode PAD_CHAR_TO_FULL_LENGTH (CHAR column c)"),
-    ("`dt6` + interval 0 second", "the session's sql_mode TIME_ROUND_FRACTIONAL (fractional seconds rounded or "
-                                  "truncated) (DATETIME column dt6)"),
+    ("cast(`dt6` as datetime)", f"{DATES_READ} (a date or time read from DATETIME column dt6)"),  # rounded or not
+    ("floor(`dt6`)", f"{DATES_READ} (a date or time read from DATETIME column dt6)"),
     ("cast(`t` as datetime)", "the clock and the session's old_mode (TIME column t)"),
     ("concat(cast(`s` as date))", "the session's sql_mode (ALLOW_INVALID_DATES, NO_ZERO_DATE, NO_ZERO_IN_DATE, "
                                   "TIME_ROUND_FRACTIONAL) (a date or time read from VARCHAR column s)"),
@@ -68,6 +68,19 @@ SUBTRACTION = "the session's sql_mode NO_UNSIGNED_SUBTRACTION (a subtraction wit
     ("`d` - 1 + interval 1 day", f"{DATES_READ} (a date or time read from DATE column d)"),  # a number as a date
     ("interval 1 day + `d` * 2", f"{DATES_READ} (a date or time read from DATE column d)"),
     ("concat(`s` + interval 1 day)", f"{DATES_READ} (a date or time read from VARCHAR column s)"),
+    # a function returning a date column as it is: a zero date comes out NULL under NO_ZERO_DATE
+    ("ifnull(`d`,`dt`)", f"{DATES_READ} (a date or time read from DATE column d)"),
+    ("if(`e` > 0,`d`,NULL)", f"{DATES_READ} (a date or time read from DATE column d)"),
+    ("coalesce(`dt`)", f"{DATES_READ} (a date or time read from DATETIME column dt)"),
+    ("case when `e` then `s` else `d` end", f"{DATES_READ} (a date or time read from DATE column d)"),
+    ("case `e` when 1 then `y` end", f"{DATES_READ} (a date or time read from YEAR column y)"),
+    ("nullif(`d`,_utf8mb4'x')", f"{DATES_READ} (a date or time read from DATE column d)"),
+    ("decode_oracle(`e`,1,`d`)", f"{DATES_READ} (a date or time read from DATE column d)"),
+    ("round(`dt`,0)", f"{DATES_READ} (a date or time read from DATETIME column dt)"),
+    # the operand of / is not the DOUBLE beside it
+    ("`e` DIV `x` / 7", "the session's div_precision_increment (a division with /; DIV is the same in every session)"),
+    ("`e` / `x` ^ 2", "the session's div_precision_increment (a division with /; DIV is the same in every session)"),
+    ("`e` ^ 3e0 / 7", "the session's div_precision_increment (a division with /; DIV is the same in every session)"),
     ("`b` - 5", f"{SUBTRACTION} b)"),
     ("`y` - 2030", f"{SUBTRACTION} y)"),
     ("`e` - crc32(_utf8mb4'x')", f"{SUBTRACTION} crc32())"),
@@ -105,6 +118,16 @@ def test_session_dependent_expressions_say_on_what(expression, why):
     "concat(`s`,`d` + interval 1 day)",  # the date read is the DATE column's alone
     "concat(`e` * (`d` + interval 1 day))",
     "interval 1 day + `d`",
+    "`e` + `x` / 7",
+    "`x` / `e` * 2",
+    # a fractional DATETIME read whole: only a cast to less precision rounds it under TIME_ROUND_FRACTIONAL
+    "year(`dt6`)",
+    "to_days(`dt6`) - to_days(`dt`)",
+    "concat(`dt6`)",
+    "`dt6` > _utf8mb4'2024-12-31 23:59:59'",
+    "interval(`e`,1,5)",  # the INTERVAL() function: a number
+    "if(`e`,`s`,`n`)",
+    "round(`n`,1)",
 ])
 def test_expressions_of_the_row_alone_pass(expression):
     assert session_dependence(expression, COLUMNS + [column("now", "int(11)"), column("user", "int(11)"),
