@@ -222,7 +222,7 @@ class TableChangeReader:
         before it). Each of those tables not covered or held is re-snapshotted."""
         at = mark.position
         if mark.kind == UNSURE:
-            tables, detail = mark.tables, "a rollback that is not read"
+            tables, detail = mark.tables, mark.detail or "a rollback that is not read"
         else:
             tables = mark.tables if self.window else self.schemas
             detail = "a prepared XA transaction rolled back after its rows were read"

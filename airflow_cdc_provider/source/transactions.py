@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import re
 from dataclasses import dataclass, replace
-from typing import Callable, Collection, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Mapping
 
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.offsets import EventPosition
@@ -73,6 +73,7 @@ class TransactionMark:
     position: EventPosition | None = None
     tables: frozenset[TableId] = frozenset()  # an UNSURE mark passed on: the tables whose rows it may have undone
     xid: str | None = None  # XA END, XA COMMIT: the transaction's xid (``canonical_xid``)
+    detail: str | None = None  # an UNSURE mark passed on: why what the rollback undid is not known
 
 
 COMMITTED = TransactionMark(COMMIT)  # an XID event
@@ -104,14 +105,17 @@ def xid_of(format_id: int, gtrid: bytes, bqual: bytes) -> str:
     return f"x'{gtrid.hex()}',x'{bqual.hex()}',{format_id}"
 
 
-def committed(items: Iterable[object],
-              transactional: Callable[[Collection[TableId]], set[TableId]]) -> Iterator[object]:
+Judge = Callable[[Mapping[TableId, int]], tuple[set[TableId], set[TableId]]]
+
+
+def committed(items: Iterable[object], transactional: Judge) -> Iterator[object]:
     """``items`` (records, schema changes and ``TransactionMark``s, in binlog order) less the rows a rollback undid,
-    without the marks; ``transactional(tables)``: which of ``tables`` a rollback undoes. Passed on as marks: XA
-    END and XA COMMIT (with their xids), the rollback of an XA transaction prepared before (``tables``: those of
-    the XA transactions this read saw prepared), and a ROLLBACK or SAVEPOINT that is not read (``tables``: those
-    whose rows it may have undone). Records outside a group pass at once; a read that ends inside one (it cannot,
-    as reads end at transaction boundaries) lets its records through."""
+    without the marks; ``transactional(tables)`` (table -> the newest ``ts_ms`` of its rolled-back rows): which
+    of them a rollback undoes, and which it cannot tell. Passed on as marks: XA END and XA COMMIT (with their
+    xids), the rollback of an XA transaction prepared before (``tables``: those of the XA transactions this read
+    saw prepared), and a ROLLBACK or SAVEPOINT that is not read or whose tables' engines are not known then
+    (``tables``: those whose rows it may have undone). Records outside a group pass at once; a read that ends
+    inside one (it cannot, as reads end at transaction boundaries) lets its records through."""
     buffer: list[object] | None = None
     savepoints: dict[str, int] = {}
     prepared: set[TableId] = set()
@@ -142,13 +146,13 @@ def committed(items: Iterable[object],
             yield from buffer
             buffer = None
         elif item.kind in (ROLLBACK, PREPARED_ROLLBACK):  # an XA ROLLBACK in its own group: not prepared
-            yield from _kept(buffer, transactional)
+            yield from _kept(buffer, transactional, item)
             buffer = None
         elif item.kind == SAVEPOINT:
             savepoints[item.savepoint] = len(buffer)
         elif item.kind == ROLLBACK_TO and item.savepoint in savepoints:
             at = savepoints[item.savepoint]
-            buffer[at:] = _kept(buffer[at:], transactional)
+            buffer[at:] = _kept(buffer[at:], transactional, item)
             # the savepoints set after it are gone; it stays
             savepoints = {name: i for name, i in savepoints.items() if i <= at}
         elif item.kind in (ROLLBACK_TO, UNSURE) and _rows_in(buffer):
@@ -162,29 +166,56 @@ def _rows_in(records: list[object] | None) -> set[TableId]:
     return {r.table for r in records or () if isinstance(r, ChangeRecord)}
 
 
-def _kept(records: list[object], transactional: Callable[[Collection[TableId]], set[TableId]]) -> list[object]:
-    """What a rollback leaves of ``records``: schema changes, and rows of tables it does not undo."""
-    tables = _rows_in(records)
-    undone = transactional(tables) if tables else set()
-    return [r for r in records if not (isinstance(r, ChangeRecord) and r.table in undone)]
+def _kept(records: list[object], transactional: Judge, rollback: TransactionMark) -> list[object]:
+    """What ``rollback`` leaves of ``records``: schema changes, rows of tables it does not undo, and an UNSURE mark
+    for the tables whose engine then is not known (their rows are kept; the table is re-snapshotted)."""
+    newest: dict[TableId, int] = {}
+    for r in records:
+        if isinstance(r, ChangeRecord):
+            newest[r.table] = max(newest.get(r.table, 0), r.ts_ms)
+    undone, unsure = transactional(newest) if newest else (set(), set())
+    kept = [r for r in records if not (isinstance(r, ChangeRecord) and r.table in undone)]
+    if unsure:
+        kept.append(replace(rollback, kind=UNSURE, tables=frozenset(unsure),
+                            detail="a rollback of a table whose definition was created again since (an ALTER "
+                                   "TABLE, maybe of its engine): what it undid is not known"))
+    return kept
 
 
-def transactional_tables(connect: Callable[[], object]) -> Callable[[Collection[TableId]], set[TableId]]:
+def transactional_tables(connect: Callable[[], object]) -> Judge:
     """``committed``'s ``transactional``: asks the source (a connection from ``connect``, opened only when a
-    rollback holds rows) for the tables' engines, once per table. A table the source no longer has counts as
-    transactional, as nearly every table is; its rows are gone from the sink with its drop anyway."""
-    known: dict[TableId, bool] = {}
+    rollback holds rows) for the tables' engines. The engine now is the engine of the rollback only when the
+    table's definition is older than its rows: an ALTER TABLE (one of the engine among them) creates it again,
+    which ``information_schema.TABLES.CREATE_TIME`` shows. A table altered since (or in the same second) is unsure.
+    What the source said is kept for the rollbacks it is known to cover (older than the answer). A table the
+    source no longer has counts as transactional, as nearly every table is; its rows are gone from the sink with
+    its drop anyway."""
+    known: dict[TableId, tuple[bool, int | None, int]] = {}  # -> (transactional, created, asked at), in seconds
 
-    def transactional(tables: Collection[TableId]) -> set[TableId]:
-        missing = [t for t in tables if t not in known]
+    def transactional(tables: Mapping[TableId, int]) -> tuple[set[TableId], set[TableId]]:
+        missing = [t for t, ts_ms in tables.items() if t not in known or known[t][2] <= ts_ms // 1000]
         if missing:
             with contextlib.closing(connect()) as conn, conn.cursor() as cur:
+                with contextlib.suppress(Exception):  # MySQL may cache CREATE_TIME; MariaDB has no such variable
+                    cur.execute("SET SESSION information_schema_stats_expiry = 0")
                 for t in missing:
-                    cur.execute("SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND "
-                                "TABLE_NAME = %s", (t.database, t.table))
+                    cur.execute("SELECT ENGINE, UNIX_TIMESTAMP(CREATE_TIME), UNIX_TIMESTAMP() FROM "
+                                "information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                                (t.database, t.table))
                     row = cur.fetchone()
-                    engine = (row[0] or "") if row else ""
-                    known[t] = row is None or engine.lower() in TRANSACTIONAL_ENGINES
-        return {t for t in tables if known[t]}
+                    if row is None:
+                        known[t] = (True, 0, 1 << 62)
+                    else:
+                        engine, created, now = row
+                        known[t] = ((engine or "").lower() in TRANSACTIONAL_ENGINES,
+                                    None if created is None else int(created), int(now))
+        undone, unsure = set(), set()
+        for t, ts_ms in tables.items():
+            is_transactional, created, _ = known[t]
+            if created is None or created >= ts_ms // 1000:
+                unsure.add(t)
+            elif is_transactional:
+                undone.add(t)
+        return undone, unsure
 
     return transactional

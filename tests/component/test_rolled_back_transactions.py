@@ -7,6 +7,7 @@ the source table itself.
 from __future__ import annotations
 
 import contextlib
+import time
 
 import pytest
 
@@ -64,6 +65,7 @@ def transactional_and_not(db):
     db.execute("CREATE TABLE orders (id INT PRIMARY KEY, v INT) ENGINE=InnoDB")
     db.execute("CREATE TABLE audit (id INT PRIMARY KEY, v INT) ENGINE=MyISAM")
     db.execute("INSERT INTO orders VALUES (1, 1)")
+    time.sleep(1.05)  # rows of a later second than the definitions: their engines judge the rollbacks
     before = {"orders": source_rows(db, "orders"), "audit": source_rows(db, "audit")}
     return before, schemas_of(db, "orders", "audit"), offset(db)
 
@@ -89,6 +91,29 @@ def test_rows_of_a_rolled_back_transaction_are_not_changes(source_db, server_id,
     got = read(db, start, stop, schemas, server_id, compiled)
     assert_replays_to_source(db, got, before)
     assert sorted((r.table.table, r.key) for r in got) == [("audit", (1,)), ("audit", (2,)), ("orders", (7,))]
+
+
+@READERS
+def test_a_rollback_of_a_table_altered_since_is_a_re_snapshot(source_db, server_id, compiled):
+    """The InnoDB table's row was undone, but the table is MyISAM when the binlog is read: the engine it has now
+    does not say what the rollback undid, so the table is re-snapshotted (its row is kept until then)."""
+    db = source_db
+    _, schemas, start = transactional_and_not(db)
+    rolled_back = ["BEGIN", "CREATE TEMPORARY TABLE tt (id INT) ENGINE=MEMORY", "INSERT INTO orders VALUES (6, 6)",
+                   "INSERT INTO tt VALUES (1)", "ROLLBACK"]  # logged with its ROLLBACK (the temporary table)
+    run(db, *rolled_back)
+    stop = offset(db)
+    db.execute("ALTER TABLE orders ENGINE=MyISAM")
+    got = read(db, start, stop, schemas, server_id, compiled)
+    kinds = [(r.kind, r.table.table) if isinstance(r, SchemaChange) else (r.table.table, r.key) for r in got]
+    assert kinds == [("orders", (6,)), ("resync", "orders")], kinds
+    assert "created again" in got[-1].detail and got[-1].statement == "ROLLBACK"
+    # not altered since, the same rollback is judged by the engine: the InnoDB row is undone
+    db.execute("ALTER TABLE orders ENGINE=InnoDB")
+    time.sleep(1.05)
+    start = offset(db)
+    run(db, *rolled_back[:2], "INSERT INTO orders VALUES (7, 7)", *rolled_back[3:])
+    assert read(db, start, offset(db), schemas, server_id, compiled) == []
 
 
 @READERS

@@ -24,7 +24,7 @@ def mark(statement: str) -> TransactionMark:
 
 def run(*items) -> list:
     """What stands, as (table, key) of each record and the kind of each mark passed on."""
-    out = committed(items, lambda tables: {t for t in tables if t == INNO})
+    out = committed(items, lambda tables: ({t for t in tables if t == INNO}, set()))
     return [(r.table.table, r.key[0]) if isinstance(r, ChangeRecord) else (r.kind, sorted(t.table for t in r.tables))
             for r in out]
 
@@ -58,7 +58,7 @@ def test_xa_end_and_the_commit_of_a_prepared_transaction_are_passed_on_with_thei
     """A chunk window compares them: the commit of a transaction it did not see end was prepared before it."""
     items = [GROUP_STARTS, row(INNO, 1), mark("XA END X'31',X'',1"), PREPARED_GROUP, GROUP_STARTS,
              mark("XA COMMIT X'31',X'',1"), GROUP_STARTS, mark("xa commit x'32', x'0a', 7")]
-    got = list(committed(items, lambda tables: set(tables)))
+    got = list(committed(items, lambda tables: (set(tables), set())))
     marks = [(m.kind, m.xid) for m in got if isinstance(m, TransactionMark)]
     assert marks == [(XA_END, "x'31',x'',1"), (PREPARED_COMMIT, "x'31',x'',1"), (PREPARED_COMMIT, "x'32',x'0a',7")]
     assert xid_of(7, b"2", b"\n") == "x'32',x'0a',7"
@@ -69,3 +69,13 @@ def test_the_rollback_of_a_prepared_xa_transaction_names_the_tables_this_read_sa
     got = run(GROUP_STARTS, row(INNO, 1), PREPARED_GROUP, GROUP_STARTS, row(MYISAM, 2), COMMITTED,
               GROUP_STARTS, mark("XA ROLLBACK X'31'"))
     assert got == [("inno", 1), ("myisam", 2), (PREPARED_ROLLBACK, ["inno"])]
+
+
+def test_a_rollback_of_a_table_whose_engine_then_is_not_known_keeps_its_rows_and_re_snapshots_it():
+    """Its definition was created again after its rows (an ALTER TABLE, maybe of the engine): the engine the
+    source has now may not be the one that judged the rollback."""
+    items = [GROUP_STARTS, row(INNO, 1), row(MYISAM, 2), mark("ROLLBACK")]
+    got = list(committed(items, lambda tables: ({INNO}, {MYISAM})))
+    assert [(r.table.table, r.key[0]) for r in got[:-1]] == [("myisam", 2)]
+    assert (got[-1].kind, got[-1].tables, got[-1].position) == (UNSURE, frozenset({MYISAM}), items[-1].position)
+    assert "created again" in got[-1].detail
