@@ -17,6 +17,7 @@ in Python processes of the server, so the writer publishes its totals to the sta
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import logging
 import os
@@ -518,6 +519,8 @@ def run_stream(spark, spec: JobSpec, secrets: dict[str, str]) -> int:
     """The stream job. A continuous stream asked to take up new snapshots (``ReloadRequest``), and any stream
     that met an ALTER applied in place (``DefinitionsChanged``), starts its query again here, from the
     checkpoint, in the same Spark application: its task and its lease never notice."""
+    if not is_connect(spark):
+        warm_python_workers(spark)
     carried = None
     while True:
         job = StreamJob(spark, spec, secrets, carried)
@@ -525,3 +528,28 @@ def run_stream(spark, spec: JobSpec, secrets: dict[str, str]) -> int:
         if (job.reload is None and not job.restart) or rc != 0:
             return rc
         carried = job.totals()
+
+
+def warm_python_workers(spark) -> threading.Thread:
+    """Starts Spark's Python workers, one a task slot, with the source's modules imported, in a background job
+    while the job sets up and its query starts (the source plans in a Python process of its own meanwhile): the
+    first batch's read tasks then take warm workers instead of starting them. Python UDF and data source tasks
+    share the pool of workers. A failure here costs only the warm-up."""
+    def run() -> None:
+        try:
+            spark.sparkContext.setJobDescription("airflow-cdc: start the Python workers")
+            slots = default_parallelism(spark)
+            spark.range(0, slots, 1, slots).mapInArrow(_with_source_modules, "id long").collect()
+        except Exception as exc:  # the job stopped before it ran, a worker that cannot start (the read will say)
+            log.debug("Python workers not started ahead: %s", exc)
+
+    thread = threading.Thread(target=run, name="warm-python-workers", daemon=True)
+    thread.start()
+    return thread
+
+
+def _with_source_modules(batches):
+    """A warm-up task: imports what the source's read tasks run."""
+    for module in ("airflow_cdc_provider.spark.binlog_source", "airflow_cdc_provider.pipeline.stream_evolutions"):
+        importlib.import_module(module)
+    yield from batches

@@ -15,6 +15,7 @@ from airflow_cdc_provider.sinks.parquet import ParquetLayout
 from airflow_cdc_provider.source.binlog import read_changes_between
 from airflow_cdc_provider.source.schema import load_schema
 from airflow_cdc_provider.source.server import current_offset
+from airflow_cdc_provider.spark.stream import warm_python_workers
 from airflow_cdc_provider.state.records import StreamSeed
 
 from .cdc_helpers import BackgroundWriter, Pipeline, jdbc_sink, parquet_sink, sink_rows, source_rows, table_types
@@ -212,3 +213,26 @@ def test_a_batch_without_rows_of_the_captured_table_publishes_nothing(source_db,
     got = changelog(spark, p.sink.path, table)
     assert sorted(got) == sorted(expected_changelog(source_db, seed, table, server_id)) and len(got) == 5
     assert sink_rows(spark, p.sink, p.secrets, table_types(source_db, "orders")) == source_rows(source_db, "orders")
+
+
+def test_the_stream_job_starts_its_python_workers_ahead_with_the_sources_modules(spark):
+    """While the stream job sets up and its query starts, a background job starts a Python worker a task slot and
+    imports the source's modules in it; the first batch's read tasks take those workers."""
+    def worker_state(batches):  # pickled by value: unpickling it imports nothing of ours
+        import os
+        import sys
+
+        import pyarrow as pa
+
+        for batch in batches:
+            yield pa.RecordBatch.from_pydict({"pid": [os.getpid()] * batch.num_rows,
+                                              "ready": ["airflow_cdc_provider.spark.binlog_source" in sys.modules]
+                                              * batch.num_rows})
+
+    slots = spark.sparkContext.defaultParallelism
+    workers = spark.range(0, slots, 1, slots).mapInArrow(worker_state, "pid long, ready boolean")
+    warm = warm_python_workers(spark)
+    warm.join(timeout=120)
+    assert not warm.is_alive()
+    started = workers.collect()
+    assert len(started) == slots and all(w.ready for w in started), started
