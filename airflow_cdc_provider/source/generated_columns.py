@@ -56,7 +56,7 @@ TEMPORAL_FUNCTIONS = frozenset((
     "last_day", "extract", "convert_tz"))
 # conversions that check a date against the session's sql_mode even when it comes from a DATE column (a zero
 # in it, or an invalid day, stored under another mode, comes out NULL), and comparisons of dates
-_CHECKING = frozenset(("date", "timestamp", "datetime", "cast", "convert", "greatest", "least"))
+_CHECKING = frozenset(("date", "timestamp", "datetime", "cast", "convert", "greatest", "least", "last_day"))
 _TEMPORAL_TYPES = frozenset(("date", "datetime", "time", "timestamp"))
 _WHOLE_DATES = frozenset(("date", "year", "datetime"))  # columns a date function reads the same way in every session
 _DATED = _TEMPORAL_TYPES | {"year"}

@@ -37,6 +37,10 @@ from airflow_cdc_provider.source.table_versions import (
 )
 
 _HINT = re.compile(r"_gho|_new", re.IGNORECASE)  # cheap test before a statement is parsed
+# an ALTER of the shadow naming a storage engine (anywhere, a comment's text included: it only costs a resync):
+# the rows of a rollback are judged by the engine the table has when the stream reads them, so a swap that may
+# change it is not followed (a CREATE of the shadow names the original's engine, as SHOW CREATE TABLE gave it)
+_ENGINE = re.compile(r"\bENGINE\b", re.IGNORECASE)
 
 
 def shadow_statements(statement: str, database: str | None,
@@ -68,7 +72,7 @@ def _shadow_statement(statement: str, database: str | None, shadow: TableId,
                             "created from a query, or with a definition not read")
     altered = column_changes(statement, database)
     if altered is not None and altered[0] == shadow:
-        return replace(note, kind=ALTERED)
+        return note.refused("its storage engine set") if _ENGINE.search(statement) else replace(note, kind=ALTERED)
     effects = schema_changes(statement, database, lambda t: t == shadow)
     if not effects:
         return None

@@ -186,7 +186,8 @@ def transactional_tables(connect: Callable[[], object]) -> Judge:
     """``committed``'s ``transactional``: asks the source (a connection from ``connect``, opened only when a
     rollback holds rows) for the tables' engines. The engine now is the engine of the rollback only when the
     table's definition is older than its rows: an ALTER TABLE (one of the engine among them) creates it again,
-    which ``information_schema.TABLES.CREATE_TIME`` shows. A table altered since (or in the same second) is unsure.
+    which ``information_schema.TABLES.CREATE_TIME`` shows. A table altered since (or in the same second), or rows
+    logged with a time after the answer, are unsure.
     What the source said is kept for the rollbacks it is known to cover (older than the answer). A table the
     source no longer has counts as transactional, as nearly every table is; its rows are gone from the sink with
     its drop anyway."""
@@ -211,8 +212,10 @@ def transactional_tables(connect: Callable[[], object]) -> Judge:
                                     None if created is None else int(created), int(now))
         undone, unsure = set(), set()
         for t, ts_ms in tables.items():
-            is_transactional, created, _ = known[t]
-            if created is None or created >= ts_ms // 1000:
+            is_transactional, created, asked_at = known[t]
+            # a writer's session can log a time ahead of the server's (SET timestamp): no later than the answer,
+            # it says nothing of what came after the rows
+            if created is None or created >= ts_ms // 1000 or asked_at < ts_ms // 1000:
                 unsure.add(t)
             elif is_transactional:
                 undone.add(t)

@@ -117,6 +117,21 @@ def test_a_rollback_of_a_table_altered_since_is_a_re_snapshot(source_db, server_
 
 
 @READERS
+def test_a_rollback_logged_with_a_time_ahead_of_the_server_is_a_re_snapshot(source_db, server_id, compiled):
+    """A writer's session can set the time its events carry (SET timestamp): rows logged an hour ahead say
+    nothing of the ALTERs that came after them, so the engine the table has now cannot judge them."""
+    db = source_db
+    _, schemas, start = transactional_and_not(db)
+    run(db, "SET timestamp = UNIX_TIMESTAMP() + 3600", "BEGIN", "CREATE TEMPORARY TABLE tt (id INT) ENGINE=MEMORY",
+        "INSERT INTO orders VALUES (6, 6)", "INSERT INTO tt VALUES (1)", "ROLLBACK")
+    stop = offset(db)
+    db.execute("ALTER TABLE orders ENGINE=MyISAM")
+    got = read(db, start, stop, schemas, server_id, compiled)
+    kinds = [(r.kind, r.table.table) if isinstance(r, SchemaChange) else (r.table.table, r.key) for r in got]
+    assert kinds == [("orders", (6,)), ("resync", "orders")], kinds
+
+
+@READERS
 def test_rows_rolled_back_to_a_savepoint_are_not_changes(source_db, server_id, compiled):
     db = source_db
     before, schemas, start = transactional_and_not(db)

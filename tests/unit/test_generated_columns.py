@@ -77,6 +77,7 @@ SUBTRACTION = "the session's sql_mode NO_UNSIGNED_SUBTRACTION (a subtraction wit
     ("nullif(`d`,_utf8mb4'x')", f"{DATES_READ} (a date or time read from DATE column d)"),
     ("decode_oracle(`e`,1,`d`)", f"{DATES_READ} (a date or time read from DATE column d)"),
     ("round(`dt`,0)", f"{DATES_READ} (a date or time read from DATETIME column dt)"),
+    ("last_day(`dt6`)", f"{DATES_READ} (a date or time read from DATETIME column dt6)"),  # '2024-02-00': NULL or not
     # the operand of / is not the DOUBLE beside it
     ("`e` DIV `x` / 7", "the session's div_precision_increment (a division with /; DIV is the same in every session)"),
     ("`e` / `x` ^ 2", "the session's div_precision_increment (a division with /; DIV is the same in every session)"),

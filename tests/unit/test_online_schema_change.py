@@ -54,6 +54,9 @@ def test_the_tools_statements_about_their_shadow():
     # anything else that changes the shadow leaves its definition unknown
     assert notes("TRUNCATE TABLE _t_gho") == [("other", "db._t_gho", (), "truncated")]
     assert notes("ALTER TABLE _t_gho ADD PRIMARY KEY (id, name)")[0][0] == "other"
+    # a new engine: the rollbacks read before the swap would be judged by it
+    assert notes("alter /* gh-ost */ table `db`.`_t_gho` engine=MyISAM") == [
+        ("other", "db._t_gho", (), "its storage engine set")]
     assert notes("CREATE TABLE _t_gho LIKE other")[0][:2] == ("other", "db._t_gho")
     assert notes("CREATE TABLE _t_gho AS SELECT * FROM t")[0][:2] == ("other", "db._t_gho")
     assert notes("RENAME TABLE x TO _t_gho")[0][:2] == ("other", "db._t_gho")
