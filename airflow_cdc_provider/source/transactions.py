@@ -177,8 +177,8 @@ def _kept(records: list[object], transactional: Judge, rollback: TransactionMark
     kept = [r for r in records if not (isinstance(r, ChangeRecord) and r.table in undone)]
     if unsure:
         kept.append(replace(rollback, kind=UNSURE, tables=frozenset(unsure),
-                            detail="a rollback of a table whose definition was created again since (an ALTER "
-                                   "TABLE, maybe of its engine): what it undid is not known"))
+                            detail="a rollback read after its table may have changed engine (altered since its "
+                                   "rows, or the rows logged with a time ahead): what it undid is not known"))
     return kept
 
 

@@ -78,4 +78,4 @@ def test_a_rollback_of_a_table_whose_engine_then_is_not_known_keeps_its_rows_and
     got = list(committed(items, lambda tables: ({INNO}, {MYISAM})))
     assert [(r.table.table, r.key[0]) for r in got[:-1]] == [("myisam", 2)]
     assert (got[-1].kind, got[-1].tables, got[-1].position) == (UNSURE, frozenset({MYISAM}), items[-1].position)
-    assert "created again" in got[-1].detail
+    assert "may have changed engine" in got[-1].detail
