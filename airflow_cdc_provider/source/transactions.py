@@ -43,6 +43,7 @@ OTHER = "other"  # RELEASE SAVEPOINT, other XA statements: nothing to do
 
 # engines whose changes a rollback undoes (information_schema.TABLES.ENGINE); any other keeps them
 TRANSACTIONAL_ENGINES = frozenset({"innodb", "xtradb", "rocksdb", "tokudb"})
+_NEVER = 1 << 62  # a time no binlog event carries
 
 # a savepoint's name as the server writes it: in backticks, in double quotes (sql_mode ANSI_QUOTES), or bare
 _NAME = r'(`(?:[^`]|``)+`|"(?:[^"]|"")+"|[\w$]+)\s*$'
@@ -204,8 +205,8 @@ def transactional_tables(connect: Callable[[], object]) -> Judge:
                                 "information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
                                 (t.database, t.table))
                     row = cur.fetchone()
-                    if row is None:
-                        known[t] = (True, 0, 1 << 62)
+                    if row is None:  # gone: transactional, for every rollback of this read
+                        known[t] = (True, 0, _NEVER)
                     else:
                         engine, created, now = row
                         known[t] = ((engine or "").lower() in TRANSACTIONAL_ENGINES,

@@ -70,6 +70,18 @@ def transactional_and_not(db):
     return before, schemas_of(db, "orders", "audit"), offset(db)
 
 
+def rolled_back_insert(row: int) -> list[str]:
+    """A transaction inserting ``row`` into ``orders`` and rolled back, which the server logs with its ROLLBACK
+    (it also wrote a temporary table)."""
+    return ["BEGIN", "CREATE TEMPORARY TABLE tt (id INT) ENGINE=MEMORY", f"INSERT INTO orders VALUES ({row}, {row})",
+            "INSERT INTO tt VALUES (1)", "ROLLBACK"]
+
+
+def outcome(got):
+    """Each row read as (table, key), each schema change as (kind, table)."""
+    return [(r.kind, r.table.table) if isinstance(r, SchemaChange) else (r.table.table, r.key) for r in got]
+
+
 def assert_replays_to_source(db, got, before):
     for table in ("orders", "audit"):
         assert replayed(db, table, got, before[table]) == source_rows(db, table), table
@@ -99,20 +111,17 @@ def test_a_rollback_of_a_table_altered_since_is_a_re_snapshot(source_db, server_
     does not say what the rollback undid, so the table is re-snapshotted (its row is kept until then)."""
     db = source_db
     _, schemas, start = transactional_and_not(db)
-    rolled_back = ["BEGIN", "CREATE TEMPORARY TABLE tt (id INT) ENGINE=MEMORY", "INSERT INTO orders VALUES (6, 6)",
-                   "INSERT INTO tt VALUES (1)", "ROLLBACK"]  # logged with its ROLLBACK (the temporary table)
-    run(db, *rolled_back)
+    run(db, *rolled_back_insert(6))
     stop = offset(db)
     db.execute("ALTER TABLE orders ENGINE=MyISAM")
     got = read(db, start, stop, schemas, server_id, compiled)
-    kinds = [(r.kind, r.table.table) if isinstance(r, SchemaChange) else (r.table.table, r.key) for r in got]
-    assert kinds == [("orders", (6,)), ("resync", "orders")], kinds
+    assert outcome(got) == [("orders", (6,)), ("resync", "orders")], outcome(got)
     assert "may have changed engine" in got[-1].detail and got[-1].statement == "ROLLBACK"
     # not altered since, the same rollback is judged by the engine: the InnoDB row is undone
     db.execute("ALTER TABLE orders ENGINE=InnoDB")
     time.sleep(1.05)
     start = offset(db)
-    run(db, *rolled_back[:2], "INSERT INTO orders VALUES (7, 7)", *rolled_back[3:])
+    run(db, *rolled_back_insert(7))
     assert read(db, start, offset(db), schemas, server_id, compiled) == []
 
 
@@ -122,13 +131,11 @@ def test_a_rollback_logged_with_a_time_ahead_of_the_server_is_a_re_snapshot(sour
     nothing of the ALTERs that came after them, so the engine the table has now cannot judge them."""
     db = source_db
     _, schemas, start = transactional_and_not(db)
-    run(db, "SET timestamp = UNIX_TIMESTAMP() + 3600", "BEGIN", "CREATE TEMPORARY TABLE tt (id INT) ENGINE=MEMORY",
-        "INSERT INTO orders VALUES (6, 6)", "INSERT INTO tt VALUES (1)", "ROLLBACK")
+    run(db, "SET timestamp = UNIX_TIMESTAMP() + 3600", *rolled_back_insert(6))
     stop = offset(db)
     db.execute("ALTER TABLE orders ENGINE=MyISAM")
     got = read(db, start, stop, schemas, server_id, compiled)
-    kinds = [(r.kind, r.table.table) if isinstance(r, SchemaChange) else (r.table.table, r.key) for r in got]
-    assert kinds == [("orders", (6,)), ("resync", "orders")], kinds
+    assert outcome(got) == [("orders", (6,)), ("resync", "orders")], outcome(got)
 
 
 @READERS
