@@ -11,7 +11,7 @@ from airflow.sdk import BaseOperator
 from airflow_cdc_provider.core.chunks import ChunkTask
 from airflow_cdc_provider.operators.dag_run import is_backfill, snapshots_under_way
 from airflow_cdc_provider.pipeline.plan import plan_chunks, startup_seed
-from airflow_cdc_provider.pipeline.resolve import load_pipeline
+from airflow_cdc_provider.pipeline.resolve import claim_sink, load_pipeline, sink_moved
 from airflow_cdc_provider.pipeline.table_schemas import dropped_tables, resnapshots_due
 from airflow_cdc_provider.source.validation import SourceValidationError
 from airflow_cdc_provider.state.records import PlannedSnapshot, TablePlan
@@ -73,6 +73,12 @@ class PlanChunksOperator(BaseOperator):
 
         p = load_pipeline(self.config)
         p.state.ensure_writable()
+        moved = sink_moved(p)
+        if moved:
+            from airflow.sdk.exceptions import AirflowFailException
+
+            raise AirflowFailException("\n".join(moved))
+        claim_sink(p)
         conf_run = (context.get("dag_run").conf or {}) if context.get("dag_run") else {}
         resnapshot = set(conf_run.get("resnapshot") or [])
         max_tasks = self.max_tasks or conf.getint("core", "max_map_length", fallback=1024)
@@ -123,6 +129,7 @@ class PlanChunksOperator(BaseOperator):
 
             raise AirflowFailException(f"dag_run.conf resnapshot names tables this pipeline does not capture: {sorted(unknown)}")
         todo = [s for s in plan.schemas if needs_snapshot(s)]
+        self._stop_a_stream_that_misses(p, {str(s.table) for s in todo})
         epoch = int(time.time() * 1000)
         chunks, tasks = plan.chunks, plan.tasks
         per_table = {str(s.table): TablePlan(epoch, sum(1 for c in chunks if c.table == s.table)) for s in todo}
@@ -133,3 +140,24 @@ class PlanChunksOperator(BaseOperator):
         self.log.info("snapshot of %d table(s) in %d chunk(s), %d task(s); already finished: %s",
                       len(todo), len(chunks), len(tasks), sorted(set(finished) - set(per_table)) or "none")
         return [ChunkTask([replace(c, epoch=epoch) for c in t.chunks]).to_dict() for t in tasks]
+
+    def _stop_a_stream_that_misses(self, p, tables: set[str]) -> None:
+        """A running continuous stream that does not read a table about to be snapshotted (one the YAML added,
+        or one created since that a pattern matches) is stopped first: it would pass the snapshot's high
+        watermark without the table's changes, and resume past them. With the stream stopped the snapshot ends
+        ahead of its checkpoint, and this run's stream task launches it again with the table."""
+        from airflow.sdk.exceptions import AirflowException
+
+        from airflow_cdc_provider.operators.stream import holder_alive, stop_holder, tables_new_to_running_stream
+
+        timeout = float(p.stream.heartbeat_timeout)
+        holder, new = tables_new_to_running_stream(p, tables, timeout)
+        if not new:
+            return
+        self.log.warning("the running stream (%s) does not read %s, about to be snapshotted: stopping it (after its "
+                         "current batch) until the snapshot is done; this run's stream task launches it again, "
+                         "reading them too", holder.holder, sorted(new))
+        stop_holder(p, holder, timeout)
+        if holder_alive(p, holder, timeout):
+            raise AirflowException(f"the running stream ({holder.holder}) did not stop; stop it (airflow-cdc stop) "
+                                   "and run this task again")

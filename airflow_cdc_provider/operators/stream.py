@@ -29,6 +29,42 @@ from airflow_cdc_provider.state.records import RUNNING_STATES, ReloadRequest, St
 STOP_GRACE_SECONDS = 90  # a graceful stop ends the running batch first
 
 
+def holder_alive(p, lease: StreamLease, heartbeat_timeout: float) -> bool:
+    """Whether the stream job holding ``lease`` still runs."""
+    if lease.launch is not None:
+        alive = SparkJobHook.alive(lease.launch)
+    else:  # the job runs in (a child of) the holding task's process
+        alive = process_alive(lease.pid) if lease.host == socket.gethostname() else None
+    return lease_alive(lease, p.state.read_status(), now=time.time(), heartbeat_timeout=heartbeat_timeout,
+                       alive=alive)
+
+
+def stop_holder(p, lease: StreamLease, heartbeat_timeout: float) -> None:
+    """Stop the stream holding ``lease``: its detached job gracefully (then hard, after the grace period); a job
+    in its task's own process ends with it (Airflow stops a cleared running task), so wait for that."""
+    p.state.request_stop()
+    if lease.launch is not None:
+        SparkJobHook.terminate(lease.launch, STOP_GRACE_SECONDS)
+    deadline = time.time() + STOP_GRACE_SECONDS
+    while holder_alive(p, lease, heartbeat_timeout) and time.time() < deadline:
+        time.sleep(1.0)
+    p.state.clear_stop()
+
+
+def tables_new_to_running_stream(p, tables: set[str], heartbeat_timeout: float) -> tuple[StreamLease | None, set[str]]:
+    """Of ``tables`` (about to be snapshotted), those the pipeline's running continuous stream does not read,
+    and its lease. Such a table's changes after its snapshot would be lost: the stream passes its high watermark
+    without reading it, and a stream launched later resumes past it."""
+    holder = p.state.read_lease()
+    if holder is None or holder.mode != "continuous" or not tables or not holder_alive(p, holder, heartbeat_timeout):
+        return None, set()
+    status = p.state.read_status()
+    if status is None or status.launch_id != holder.launch_id:
+        return holder, set(tables)  # what it reads is not known yet
+    reading = set(status.tables or status.epochs)
+    return holder, {t for t in tables if t not in reading}
+
+
 class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
     """Run ``binlog_stream.py`` for the pipeline (seeded by collect_watermarks, resumed from its checkpoint).
 
@@ -91,7 +127,7 @@ class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
                               "it is finished", sorted(under_way), runs)
                 return {"skipped": "snapshot under way", "runs": runs}
             raise AirflowFailException("no finished snapshot and no stream seed: run the snapshot tasks first")
-        tables = streamed_tables(seed, p.stream.startup, p.captured_tables)
+        tables = streamed_tables(seed, p.stream.startup, p.captured_tables, p.state.streamed_tables())
         # the job writes this id into its status: a status is this launch's only if the ids match (a killed
         # predecessor's last heartbeat must never pass for the new job's, whatever the clocks say)
         self._launch_id = uuid.uuid4().hex
@@ -99,12 +135,23 @@ class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
         lease = StreamLease(self._launch_id, f"{ti.dag_id}/{ti.run_id}/{ti.task_id}", int(ti.try_number or 1),
                             socket.gethostname(), os.getpid(), p.stream.mode)
         holder = self._acquire_lease(p, lease)
+        if holder is not None and p.stream.startup != "initial":
+            # a table captured since it was launched: it reads it once launched again (a snapshotted table is
+            # stopped for by the plan step, before its snapshot)
+            _, new = tables_new_to_running_stream(p, set(tables), self._timeout(p))
+            if new:
+                self.log.warning("the running stream (%s) does not read %s, captured since it was launched: stopping "
+                                 "it (after its current batch) to launch it again reading them too", holder.holder,
+                                 sorted(new))
+                self._stop_holder(p, holder)
+                holder = self._acquire_lease(p, lease)
         if holder is not None:
             self.log.info("the stream of this pipeline runs in %s (try %d, %s since %s): it streams this run's "
                           "changes too, so this task launches none", holder.holder, holder.try_number, holder.mode,
                           time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(holder.acquired_at)))
             taken_up = self._hand_over_snapshots(p, holder, lease.holder) if holder.mode == "continuous" else {}
             return {"skipped": "stream running", "holder": holder.holder, "taken_up": taken_up}
+        p.state.add_streamed_tables(tables)
         if p.stream.mode == "continuous":
             return self._run_continuous(context, p, lease, tables)
         try:
@@ -192,23 +239,10 @@ class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
                                "its next batch, or when it is launched again")
 
     def _holder_alive(self, p, lease: StreamLease) -> bool:
-        if lease.launch is not None:
-            alive = SparkJobHook.alive(lease.launch)
-        else:  # the job runs in (a child of) the holding task's process
-            alive = process_alive(lease.pid) if lease.host == socket.gethostname() else None
-        return lease_alive(lease, p.state.read_status(), now=time.time(), heartbeat_timeout=self._timeout(p),
-                           alive=alive)
+        return holder_alive(p, lease, self._timeout(p))
 
     def _stop_holder(self, p, lease: StreamLease) -> None:
-        """Stop an earlier try's stream: its detached job gracefully (then hard, after the grace period); a job
-        in that try's own process ends with it (Airflow stops a cleared running task), so wait for that."""
-        p.state.request_stop()
-        if lease.launch is not None:
-            SparkJobHook.terminate(lease.launch, STOP_GRACE_SECONDS)
-        deadline = time.time() + STOP_GRACE_SECONDS
-        while self._holder_alive(p, lease) and time.time() < deadline:
-            time.sleep(1.0)
-        p.state.clear_stop()
+        stop_holder(p, lease, self._timeout(p))
 
     def run_on_connect(self, pipeline, spec) -> None:
         """The ``available_now`` stream job in this process, on a new session of the ``connect_conn_id`` server."""

@@ -60,13 +60,16 @@ def build_seed(finished: Mapping[str, FinishedSnapshot], previous: StreamSeed | 
     return seed
 
 
-def streamed_tables(seed: StreamSeed | None, startup: str, captured: Callable[[], list[str]]) -> list[str]:
+def streamed_tables(seed: StreamSeed | None, startup: str, captured: Callable[[], list[str]],
+                    streamed_before: Iterable[str] = ()) -> list[str]:
     """The tables a stream launch reads. Under ``stream.startup: initial``, the snapshotted ones (the seed's).
     Under another startup mode, every table ``source.tables`` captures now (``captured``) as well: the seed then
     holds only the tables snapshotted since (a re-snapshot of one), and the others are streamed from where the
-    mode started them."""
+    mode started them; and every table an earlier launch read (``streamed_before``). Once streamed, a table is
+    always streamed, as a snapshotted one is: left out of the stream for a while and captured again, it would
+    have lost the changes in between without a word."""
     if startup != "initial":
-        return sorted(set(seed.tables if seed is not None else ()) | set(captured()))
+        return sorted(set(seed.tables if seed is not None else ()) | set(captured()) | set(streamed_before))
     return sorted(seed.tables) if seed is not None and seed.tables else captured()
 
 

@@ -138,4 +138,32 @@ def check_writable(p: Pipeline) -> list[str]:
         problems += [f"{p.config.where}: {problem}" for problem in p.open_sink().check_writable()]
     except StorageError as exc:  # a sink URI this machine cannot open
         problems.append(f"{p.config.where}: {exc}")
-    return problems
+    return problems or sink_moved(p)
+
+
+def sink_moved(p: Pipeline) -> list[str]:
+    """The sink the state store's snapshots and stream position were written for, when the YAML now names
+    another: the stream would go on from its checkpoint into the new sink, which would hold only the rows
+    changed from now on. The first run that writes records the sink (``claim_sink``)."""
+    try:
+        recorded = p.state.read_sink_identity()
+    except (StorageError, OSError):  # an unreadable state store: check_writable says so
+        return []
+    current = p.sink.identity()
+    if recorded is None or recorded == current:
+        return []
+    return [f"{p.config.where}: sink: the state store at {p.state.uri} (state.path) holds the snapshots and the "
+            f"stream position of this pipeline for {_where(recorded)}, but the sink is now {_where(current)}, "
+            "which would get only the changes from now on, never the rows snapshotted before. Put sink back as it "
+            "was, or give state.path a new location (a new state store snapshots every table into the new "
+            f"sink); if you moved the sink's data there yourself, delete {p.state.uri}/{p.state.SINK}"]
+
+
+def claim_sink(p: Pipeline) -> None:
+    """Record the sink this state store is of, before anything is written for it (``sink_moved``)."""
+    if p.state.read_sink_identity() is None:
+        p.state.write_sink_identity(p.sink.identity())
+
+
+def _where(identity: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in identity.items() if v is not None)

@@ -79,6 +79,14 @@ class SinkConfig:
     def from_dict(cls, data: Mapping[str, Any]) -> "SinkConfig":
         return cls(**data)
 
+    def identity(self) -> dict[str, Any]:
+        """Where the sink's data lives, and nothing that can change without moving it (a connection id, a
+        login): what the state store's snapshots and stream position were written for."""
+        if self.path is not None:
+            return {"type": self.type, "path": self.path.removeprefix("file://").rstrip("/") or "/"}
+        return {"type": self.type, "host": self.conn.get("host"), "port": self.conn.get("port"),
+                "database": self.conn.get("schema"), "schema": self.schema}
+
 
 class SnapshotWindow(Protocol):
     """One watermark window's rows on their way into the sink: read (and counted) between the watermarks, then
@@ -159,6 +167,16 @@ class Sink(abc.ABC):
         ``rows()`` is how many rows ``df`` held, known once it is written. Rows whose ``_cdc_op`` is a schema
         change's (``t`` truncate, ``x`` drop, ``s`` resync: no data columns) are among them, in a changelog
         they are records of their own; ``apply_schema_change`` is called for each after the batch's write."""
+
+    def writes_arrow_changes(self, types) -> bool:
+        """Whether a small stream batch of ``types``' table can be written from the driver (``write_arrow_changes``)."""
+        return False
+
+    def write_arrow_changes(self, rows, types, batch_id: int, mid_write: Hook) -> None:
+        """``write_changes`` for a small batch collected to the driver (``spark.driver_batches``): ``rows``, a
+        ``pyarrow.Table`` of the same columns (Spark's Arrow types), is written from this process with the same
+        effect and the same idempotence per ``batch_id``. Only for tables ``writes_arrow_changes`` takes."""
+        raise NotImplementedError(f"the {self.type} sink writes stream batches with Spark only")
 
     def apply_schema_change(self, change, types) -> None:
         """Apply a truncate or drop (``core.schema_changes.SchemaChange``) of the stream at its version: rows

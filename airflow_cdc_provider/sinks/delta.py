@@ -57,7 +57,7 @@ from airflow_cdc_provider.sinks.base import (
 )
 from airflow_cdc_provider.sinks.delta_settings import DeltaSinkSettings
 from airflow_cdc_provider.sinks.evolution import check_numbering, column_moves
-from airflow_cdc_provider.sinks.parquet_arrow import arrow_literal
+from airflow_cdc_provider.sinks.parquet_arrow import arrow_literal, newest_per_key
 from airflow_cdc_provider.sinks.registry import register_sink
 from airflow_cdc_provider.sinks.types import TableSinkTypes
 from airflow_cdc_provider.spark.frames import col, cols, latest_per_key
@@ -704,6 +704,33 @@ class DeltaSink(FileSink):
         staging = self.stage(out, table)
         mid_write()
         self.commit_changes(types, staging, app)
+
+    def writes_arrow_changes(self, types) -> bool:
+        return True
+
+    def write_arrow_changes(self, rows, types, batch_id: int, mid_write: Hook) -> None:
+        """As ``write_changes``, from the driver: the newest change per key MERGEd from memory, no staging."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        table = str(types.schema.table)
+        keys = list(types.schema.key_columns)
+        app = (self.stream_app_id(self.spark, table), batch_id)
+        rows = newest_per_key(rows.filter(pc.is_in(rows["_cdc_op"], value_set=pa.array(ROW_OPS))), keys)
+        rows = rows.append_column(DELETED, pc.equal(rows["_cdc_op"], "d"))
+        rows = rows.append_column(CHUNK, pa.nulls(rows.num_rows, pa.string()))
+        mid_write()
+        if not rows.num_rows:
+            return
+        key_range = None
+        if len(keys) == 1 and pa.types.is_integer(rows.schema.field(keys[0]).type):
+            bounds = pc.min_max(rows[keys[0]]).as_py()
+            key_range = (bounds["min"], bounds["max"])
+
+        def source(schema):
+            return pa.RecordBatchReader.from_batches(schema, (conform(b, schema, table) for b in rows.to_batches()))
+
+        self._merge(table, keys, source, app, f"stream batch {batch_id}", key_range=key_range)
 
     def commit_changes(self, types, staging: str, app: tuple[str, int]) -> None:
         """MERGE the staged changes (the table's columns, one row per key) under ``app`` = (app id, batch id),

@@ -59,6 +59,7 @@ from typing import Any, Callable, Literal
 from airflow_cdc_provider.sinks.base import (
     CHUNK_COLUMN,
     EMPTYING_OPS,
+    META_COLUMNS,
     META_NAMES,
     ROW_OPS,
     VERSION_COLUMNS,
@@ -73,6 +74,7 @@ from airflow_cdc_provider.sinks.parquet_arrow import (
     HISTORY_FILE,
     SPARK_JSON_TYPES,
     Carried,
+    arrow_type,
     batch_ids,
     carry_plan,
     encode_sink_value,
@@ -87,6 +89,9 @@ from airflow_cdc_provider.spark.frames import col, cols, latest_per_key, meta_dd
 from airflow_cdc_provider.spark.window_fold import FoldedWindow
 from airflow_cdc_provider.state.storage import Storage
 from airflow_cdc_provider.state.store import table_dir_name
+
+
+SPARK_ROW_METADATA = "org.apache.spark.sql.parquet.row.metadata"  # Spark's schema, in the footer of its files
 
 
 def _chunk_range(name: str) -> tuple[int, int] | None:
@@ -391,6 +396,35 @@ class ParquetSink(FileSink):
             self.layout.publish(staging, self.layout.batch_dir(table, batch_id))
         else:
             self.layout.storage.rmtree(staging)
+
+    def writes_arrow_changes(self, types) -> bool:
+        """Not for a table with both TIMESTAMP and DATETIME columns: Spark writes the first as INT96 and the
+        second as INT64, pyarrow writes every timestamp column of a file one way."""
+        return not {"timestamp", "timestamp_ntz"} <= {t.spark for t in types.types}
+
+    def write_arrow_changes(self, rows, types, batch_id: int, mid_write: Hook) -> None:
+        """The file Spark would write, written by pyarrow: Spark's types (INT96 timestamps), its schema in the
+        footer; staged and published as ``write_changes`` does."""
+        import io
+
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = str(types.schema.table)
+        schema = spark_schema(types)
+        schema["fields"] += [{"name": n, "type": SPARK_JSON_TYPES.get(t, t), "nullable": True, "metadata": {}}
+                             for n, t in META_COLUMNS]
+        arrow = pa.schema([pa.field(f["name"], arrow_type(f["type"])) for f in schema["fields"]],
+                          metadata={SPARK_ROW_METADATA: json.dumps(schema, separators=(",", ":"))})
+        data = pa.Table.from_arrays([rows[f.name].cast(f.type) for f in arrow], schema=arrow)
+        out = io.BytesIO()
+        pq.write_table(data, out, compression="snappy",
+                       use_deprecated_int96_timestamps=any(t.spark == "timestamp" for t in types.types))
+        staging = self.layout.staging_dir(table)
+        self.layout.storage.write_bytes(f"{staging}/part-00000-{uuid.uuid4()}-c000.snappy.parquet", out.getvalue())
+        mid_write()
+        self._note_first_batch(table, types.version, batch_id)
+        self.layout.publish(staging, self.layout.batch_dir(table, batch_id))
 
     def _note_first_batch(self, table: str, version: int, batch_id: int) -> None:
         """Record ``batch_id`` as the first batch of ``version`` if none is yet, before the batch is published: a

@@ -58,7 +58,7 @@ def read_current_state(path: str, table: str, key_columns: list[str], include_me
         newest = max(zip(*(emptying[c].to_pylist() for c in VERSION_COLUMNS)))
         rows = rows.filter(_newer_than(rows, newest))
     rows = rows.filter(pc.is_in(rows["_cdc_op"], pa.array(ROW_OPS)))
-    rows = _newest_per_key(rows, key_columns)
+    rows = newest_per_key(rows, key_columns)
     rows = rows.filter(pc.not_equal(rows["_cdc_op"], "d"))
     # the table's columns as the sink holds it (a schema change's record may carry a newer definition's)
     schema = history[-1]["schema"] if history else json.loads(storage.read_text(f"{base}/_schema.json") or "null")
@@ -154,7 +154,7 @@ def _newer_than(rows: Any, version: tuple):
         pc.greater(p, pos), pc.and_(pc.equal(p, pos), pc.greater(r, row)))))
 
 
-def _newest_per_key(rows: Any, key_columns: list[str]):
+def newest_per_key(rows: Any, key_columns: list[str]):
     """The row with the highest version of every key."""
     import pyarrow as pa
     import pyarrow.compute as pc

@@ -48,6 +48,7 @@ from airflow_cdc_provider.sinks.base import (
     Version,
 )
 from airflow_cdc_provider.sinks.evolution import check_numbering, column_moves
+from airflow_cdc_provider.sinks.parquet_arrow import newest_per_key
 from airflow_cdc_provider.sinks.registry import register_sink
 from airflow_cdc_provider.sinks.types import TableSinkTypes
 from airflow_cdc_provider.spark.frames import col, latest_per_key, with_meta
@@ -598,6 +599,32 @@ class PostgresSink(Sink):
         from pyspark.sql import functions as F
 
         self._upsert(latest_per_key(df.filter(F.col("_cdc_op").isin(*ROW_OPS)), types.schema.key_columns), types, None)
+        mid_write()
+
+    def writes_arrow_changes(self, types) -> bool:
+        return True
+
+    def write_arrow_changes(self, rows, types, batch_id: int, mid_write: Hook) -> None:
+        """As ``write_changes``, from the driver: the newest change per key, upserted with the same conversions
+        as ``_upsert`` (a timestamp as its UTC wall clock, ``bytea`` as hex text)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        rows = newest_per_key(rows.filter(pc.is_in(rows["_cdc_op"], value_set=pa.array(ROW_OPS))),
+                              list(types.schema.key_columns))
+        data = []
+        for c, t in zip(types.schema.columns, types.types, strict=True):
+            values = rows[c.name]
+            if t.spark == "timestamp":
+                values = values.cast(pa.timestamp("us", tz="UTC")).cast(pa.timestamp("us"))
+            elif t.spark == "binary":
+                values = pa.array([bytea_text(v) for v in values.to_pylist()], pa.string())
+            data.append(values)
+        out = pa.table(data + [rows[n] for n in META_NAMES] + [pc.equal(rows["_cdc_op"], "d"),
+                                                                pa.nulls(rows.num_rows, pa.string())],
+                       names=[*types.schema.column_names, *META_NAMES, "_cdc_deleted", "_cdc_chunk"])
+        self.mirror.upsert_batches(str(types.schema.table), types.schema.column_names, list(types.schema.key_columns),
+                                   out.to_batches())
         mid_write()
 
     def apply_schema_change(self, change, types) -> None:

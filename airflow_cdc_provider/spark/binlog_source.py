@@ -400,8 +400,10 @@ class SchemaChangeStop(RuntimeError):
             f"schema change of {table} at {change.position.file}:{change.position.pos} ({change.detail or change.kind}): "
             f"{change.statement or '(seen in its row events)'}; stream.schema_changes is fail, so the stream stopped "
             f"before it and wrote nothing of this batch. To go on: "
-            + ("the table is gone: remove it from source.tables, or set its stream.schema_changes (or "
-               f"stream.schema_changes_per_table['{table}']) to resnapshot (the drop is then applied)"
+            + ("the table is gone: set its stream.schema_changes (or "
+               f"stream.schema_changes_per_table['{table}']) to resnapshot: the drop is then applied (its sink data "
+               "kept, marked dropped); leaving it out of source.tables is not enough, the stream still reads it up to "
+               "its drop"
                if change.kind == "drop" else
                f"re-snapshot the table (airflow dags trigger <dag_id> -c '{{\"resnapshot\": [\"{table}\"]}}') - its "
                f"new snapshot starts after the change, so the stream passes it - or set its stream.schema_changes (or "

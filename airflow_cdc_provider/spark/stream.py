@@ -46,6 +46,7 @@ from airflow_cdc_provider.source.segments import BinlogMap
 from airflow_cdc_provider.source.server import current_offset
 from airflow_cdc_provider.source.table_versions import sink_versions
 from airflow_cdc_provider.spark.binlog_source import image_column, register_source, source_schema
+from airflow_cdc_provider.spark.driver_batches import schema_change_records, span_bytes, table_changes
 from airflow_cdc_provider.spark.session import default_parallelism, is_connect
 from airflow_cdc_provider.state.records import ReloadRequest, StreamStatus
 from airflow_cdc_provider.state.store import StateStore
@@ -122,10 +123,14 @@ class BatchWriter:
         self.batches = int(carried["batches"])
         self.last_batch_id: int | None = carried["batch_id"]
         self.last_event_ms = int(carried["last_event_ms"])  # commit time of the newest change written (for the lag)
+        self.driver_batch_bytes = spec.stream.driver_batch_bytes
+        self._last_end: BinlogOffset | None = None  # where the last batch ended, per the checkpoint
         self._sink = None
+        self._store: StateStore | None = None
+        self._arrow: bool | None = None  # whether the sink takes every captured table's rows from the driver
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_sink": None}
+        return {**self.__dict__, "_sink": None, "_store": None}
 
     def totals(self) -> dict[str, Any]:
         return {"rows_emitted": self.rows_emitted, "rows_by_table": dict(self.rows_by_table), "batches": self.batches,
@@ -135,7 +140,10 @@ class BatchWriter:
         t0 = time.monotonic()
         if self._sink is None:
             self._sink = open_sink(self.sink_config, self.secrets, batch_df.sparkSession)
-        write = self._write_in_one_pass if len(self.image_columns) == 1 else self._write_table_by_table
+        if self._is_small(batch_id):
+            write = self._write_from_driver
+        else:
+            write = self._write_in_one_pass if len(self.image_columns) == 1 else self._write_table_by_table
         counts, newest = write(batch_df, batch_id, t0)
         self.last_event_ms = max(self.last_event_ms, newest)
         self.rows_emitted += sum(counts.values())
@@ -208,6 +216,43 @@ class BatchWriter:
             self.faults.hit("mid_batch", f"batch {batch_id}")
         log.info("batch %d: %d rows read and written in %.2fs", batch_id, metrics["rows"], time.monotonic() - t0)
         return {table: metrics["rows"]}, metrics["newest"] or 0
+
+    def _is_small(self, batch_id: int) -> bool:
+        """Whether batch ``batch_id`` spans at most ``stream.driver_batch_bytes`` of binlog (``driver_batches``)
+        and the sink can take its rows from the driver; never on Spark Connect (its writer runs on the server)."""
+        if self._arrow is None:
+            self._arrow = all(self._sink.writes_arrow_changes(t) for t in self.types.values())
+        if not self.driver_batch_bytes or self.publish or not self._arrow:
+            return False
+        if self._store is None:
+            self._store = StateStore(self.state_path)
+        known = self._last_end is not None and self.last_batch_id == batch_id - 1
+        start = self._last_end if known else self._store.batch_end(batch_id - 1)
+        self._last_end = self._store.batch_end(batch_id)
+        span = span_bytes(start, self._last_end)
+        return span is not None and span <= self.driver_batch_bytes
+
+    def _write_from_driver(self, batch_df, batch_id: int, t0: float) -> tuple[dict[str, int], int]:
+        """A small batch, read and collected as Arrow in one Spark job; each table's rows are written from here by
+        the sink's own writer. Counts, fault points and schema changes as in the Spark paths below."""
+        import pyarrow.compute as pc
+
+        batch = batch_df.toArrow()
+        t_read = time.monotonic() - t0
+        changes = {t: table_changes(batch, t, column) for t, column in sorted(self.image_columns.items())}
+        counts = {t: rows.num_rows for t, rows in changes.items()}
+        for i, table in enumerate(t for t, n in counts.items() if n):
+            self._sink.write_arrow_changes(changes[table], self.types[table], batch_id,
+                                           self._mid_write(table, batch_id))
+            if i == 0:
+                self.faults.hit("mid_batch", f"batch {batch_id}")  # after the first table with rows
+        log.info("batch %d: %d rows read and written in %.2fs from the driver (read in %.2fs)", batch_id,
+                 batch.num_rows, time.monotonic() - t0, t_read)
+        records = schema_change_records(batch, KIND_OF_OP, CHANGE_FIELDS)
+        if records:
+            self._apply_schema_changes(records, batch_id)
+        newest = pc.max(batch["ts_ms"]).as_py() if batch.num_rows else None
+        return {t: n for t, n in counts.items() if n}, newest or 0
 
     def _write_table_by_table(self, batch_df, batch_id: int, t0: float) -> tuple[dict[str, int], int]:
         """Several captured tables: the batch is cached (decoded once) and each table's rows are written from the
@@ -290,7 +335,8 @@ class StreamJob:
         self.taken_up = self.store.read_reload()
         self.reload: ReloadRequest | None = None  # the request that ended this job's query, to start another
         seed = self._query_seed()
-        self.epochs = {t: s.epoch for t, s in (seed.tables if seed else {}).items()}
+        # a table the query does not read is not taken up, whatever the seed holds (a table the YAML added since)
+        self.epochs = {t: s.epoch for t, s in (seed.tables if seed else {}).items() if t in spec.tables}
         settings = spec.source_settings(secrets)
         with contextlib.closing(connect(settings)) as conn:
             self.versions = stream_versions(conn, self.store, spec.tables, self.epochs)
@@ -390,7 +436,8 @@ class StreamJob:
             state=state, mode=self.mode, launch_id=self.spec.launch_id, pid=os.getpid(),
             last_offset=BinlogOffset.from_dict(end) if end else None, lag_seconds=round(lag, 3),
             rows_emitted=totals["rows_emitted"], rows_by_table=totals.get("rows_by_table") or {},
-            batches=totals["batches"], batch_id=totals["batch_id"], epochs=dict(self.epochs), error=error,
+            batches=totals["batches"], batch_id=totals["batch_id"], epochs=dict(self.epochs), tables=sorted(self.spec.tables),
+            error=error,
             **self._app))
 
     # -- run -----------------------------------------------------------------------------------------

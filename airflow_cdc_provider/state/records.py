@@ -257,6 +257,7 @@ class StreamStatus:
     batches: int = 0
     batch_id: int | None = None
     epochs: dict[str, int] = field(default_factory=dict)  # the snapshot epoch of each table the job has taken up
+    tables: list[str] = field(default_factory=list)  # the tables the job's query reads
     app_id: str | None = None
     ui_url: str | None = None
     error: str | None = None  # a failed stream: the line of its error that says what went wrong

@@ -91,7 +91,10 @@ class Storage:
 
     def write_text(self, rel: str, text: str) -> None:
         """Replace ``rel`` with ``text`` in one step: a reader sees the old or the new file, never a part."""
-        data = text.encode("utf-8")
+        self.write_bytes(rel, text.encode("utf-8"))
+
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        """Replace ``rel`` with ``data`` in one step, as ``write_text``."""
         self._replace(rel, lambda path: self.fs.pipe_file(path, data))
 
     def create(self, rel: str, text: str) -> bool:

@@ -15,6 +15,7 @@ One directory per pipeline (``state.path`` in YAML). Layout::
     schema/changes.json                               the schema changes the stream applied (truncate, drop,
                                                       resync), in binlog order
     stream/seed.json                                  min HW + per-table chunk infos (collect_watermarks)
+    stream/streamed.json                              every table a stream launch read
     stream/query_seed.json                            the seed the running query took up (its tasks read it)
     stream/overlapped_epochs.json                     epochs an older epoch's stream wrote into (query_seed)
     stream/checkpoint/                                Spark's checkpoint location
@@ -22,6 +23,7 @@ One directory per pipeline (``state.path`` in YAML). Layout::
     stream/stop                                       a stop request for a continuous stream
     stream/reload.json                                asks a continuous stream to take up new snapshots
     specs/                                            job specs (no secrets in them)
+    sink.json                                         the sink all of the above was written for
 
 An *epoch* is one snapshot of one table (the first, or a re-snapshot): its chunk reports live apart from
 other epochs', so a re-snapshot never mixes chunks of two plans. Writes are atomic (temporary file +
@@ -40,7 +42,7 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from airflow_cdc_provider.core.offsets import BinlogOffset
 from airflow_cdc_provider.core.reports import ChunkReport
@@ -321,7 +323,27 @@ class StateStore:
     def schema_changes(self) -> list[SchemaChange]:
         return [SchemaChange.from_dict(d) for d in self.read_json(self.SCHEMA_CHANGES, [])]
 
+    # -- the sink the state is of -----------------------------------------------------------------
+    SINK = "sink.json"
+
+    def read_sink_identity(self) -> dict[str, Any] | None:
+        return self.read_json(self.SINK)
+
+    def write_sink_identity(self, identity: Mapping[str, Any]) -> None:
+        self.write_json(self.SINK, dict(identity))
+
     # -- stream ------------------------------------------------------------------------------------
+    STREAMED = "stream/streamed.json"
+
+    def streamed_tables(self) -> set[str]:
+        """Every table a stream of this pipeline was launched to read."""
+        return set(self.read_json(self.STREAMED, []))
+
+    def add_streamed_tables(self, tables: Iterable[str]) -> None:
+        known = self.streamed_tables()
+        if not set(tables) <= known:
+            self.write_json(self.STREAMED, sorted(known | set(tables)))
+
     SEED = "stream/seed.json"
     QUERY_SEED = "stream/query_seed.json"
     OVERLAPPED_EPOCHS = "stream/overlapped_epochs.json"
@@ -359,6 +381,11 @@ class StateStore:
         if not planned or (committed and planned[-1] <= committed[-1]):
             return None
         return self._batch_end(planned[-1])
+
+    def batch_end(self, batch: int) -> BinlogOffset | None:
+        """Where batch ``batch`` ends, as Spark's checkpoint planned it (before the batch runs); None when the
+        checkpoint has no such batch (the batch before the first starts at the query's initial offset)."""
+        return self._batch_end(batch) if batch >= 0 else None
 
     def _batch_end(self, batch: int) -> BinlogOffset | None:
         text = self.storage.read_text(f"{self.CHECKPOINT}/offsets/{batch}")

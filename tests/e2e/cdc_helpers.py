@@ -84,7 +84,9 @@ class Pipeline:
 
     def stream(self, fault: dict | None = None, check: bool = True, max_bytes: int = 64 * 2**20, **stream: Any):
         """``max_bytes``: binlog bytes per batch; segments of 20 kB, so that small tests read batches with
-        several Spark tasks in parallel, as large ones do."""
+        several Spark tasks in parallel, as large ones do; and for the same reason, written by the executors
+        unless ``driver_batch_bytes`` says otherwise."""
+        stream.setdefault("driver_batch_bytes", 0)
         spec = self.spec(stream=StreamConfig(mode="available_now", max_batch_bytes=max_bytes, min_segment_bytes=20_000,
                                              **stream), fault=fault)
         res = submit("binlog_stream", spec, self.secrets, self.tmp / "jobs")
@@ -96,6 +98,7 @@ class Pipeline:
     def continuous_stream(self, **stream: Any):
         """The stream job in ``continuous`` mode in the background (its own process group), yielded as its
         Popen once its status says running; stopped on the way out if the test left it running."""
+        stream.setdefault("driver_batch_bytes", 0)
         spec = self.spec(stream=StreamConfig(mode="continuous", trigger_interval="1 second", **stream))
         proc = submit("binlog_stream", spec, self.secrets, self.tmp / "jobs", background=True)
         try:

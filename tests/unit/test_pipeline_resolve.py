@@ -4,7 +4,7 @@ import pytest
 
 from airflow_cdc_provider.pipeline.config import ConfigError, load_config
 from airflow_cdc_provider.pipeline.jobspec import JobSpec
-from airflow_cdc_provider.pipeline.resolve import resolve_pipeline
+from airflow_cdc_provider.pipeline.resolve import claim_sink, resolve_pipeline, sink_moved
 from airflow_cdc_provider.sinks import registry
 from airflow_cdc_provider.sinks.base import Sink, SinkConfig
 from airflow_cdc_provider.sinks.parquet import ParquetSink
@@ -94,3 +94,27 @@ def test_a_registered_sink_type_is_found_by_name_without_touching_any_other_modu
     assert "null-test" in sink_types() and sink_class("null-test") is NullSink
     assert open_sink(SinkConfig("null-test"), {}).describe() == "nowhere"
     assert {"parquet", "jdbc"} <= set(sink_types())
+
+
+def test_a_sink_moved_away_from_the_state_stores_is_refused_naming_both_and_the_ways_out(env, monkeypatch):
+    """The stream would go on from its checkpoint into the new sink, which would never get the snapshot's rows."""
+    first = pipeline(env, f"state: {{path: {env / 'state'}}}\nsink: {{path: {env / 'old'}}}\n")
+    assert sink_moved(first) == []
+    claim_sink(first)
+    assert sink_moved(pipeline(env, f"state: {{path: {env / 'state'}}}\nsink: {{path: 'file://{env / 'old'}/'}}\n")) == []
+    moved = pipeline(env, f"state: {{path: {env / 'state'}}}\nsink: {{path: {env / 'new'}}}\n")
+    problem, = sink_moved(moved)
+    assert "state.path" in problem and str(env / "old") in problem and str(env / "new") in problem
+    assert "sink.json" in problem  # how to say the data was moved there on purpose
+    claim_sink(moved)  # the first sink stays recorded
+    assert sink_moved(moved) == [problem]
+
+
+def test_a_jdbc_sinks_login_or_connection_id_may_change_its_database_or_schema_may_not(env, monkeypatch):
+    state = f"state: {{path: {env / 'state'}}}\n"
+    claim_sink(pipeline(env, state + "sink: {type: jdbc, conn_id: pg, schema: cdc}\n"))
+    monkeypatch.setenv("AIRFLOW_CONN_PG2", "postgresql://other:pw@pg.example:5433/warehouse")
+    assert sink_moved(pipeline(env, state + "sink: {type: jdbc, conn_id: pg2, schema: cdc}\n")) == []
+    assert sink_moved(pipeline(env, state + "sink: {type: jdbc, conn_id: pg2, schema: cdc2}\n"))
+    monkeypatch.setenv("AIRFLOW_CONN_PG3", "postgresql://writer:pw@pg.example:5433/lake")
+    assert sink_moved(pipeline(env, state + "sink: {type: jdbc, conn_id: pg3, schema: cdc}\n"))

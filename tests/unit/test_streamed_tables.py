@@ -33,3 +33,17 @@ def test_a_stream_without_snapshot_keeps_every_table_after_one_is_re_snapshotted
 def test_an_initial_stream_reads_the_snapshotted_tables_only():
     seed = build_seed({"db.t": snapshot("db.t"), "db.u": snapshot("db.u")})
     assert streamed_tables(seed, "initial", lambda: CAPTURED) == ["db.t", "db.u"]
+
+
+def test_a_table_left_out_of_source_tables_is_still_streamed_so_it_has_no_gap_when_it_comes_back(tmp_path):
+    """Left out of the stream for a while and captured again, the table would have missed the changes between."""
+    from airflow_cdc_provider.state.store import StateStore
+
+    store = StateStore(tmp_path / "state")
+    started = StreamSeed(at(50), {})
+    first = streamed_tables(started, "latest", lambda: CAPTURED, store.streamed_tables())
+    store.add_streamed_tables(first)
+    assert streamed_tables(started, "latest", lambda: ["db.t"], store.streamed_tables()) == CAPTURED
+    store.add_streamed_tables(["db.t"])
+    assert store.streamed_tables() == set(CAPTURED)
+    assert streamed_tables(started, "latest", lambda: ["db.w"], store.streamed_tables()) == [*CAPTURED, "db.w"]
