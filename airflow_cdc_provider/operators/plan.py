@@ -129,7 +129,7 @@ class PlanChunksOperator(BaseOperator):
 
             raise AirflowFailException(f"dag_run.conf resnapshot names tables this pipeline does not capture: {sorted(unknown)}")
         todo = [s for s in plan.schemas if needs_snapshot(s)]
-        self._stop_a_stream_that_misses(p, {str(s.table) for s in todo})
+        self._stop_a_stream_that_misses(p, {str(s.table) for s in todo}, backfill)
         epoch = int(time.time() * 1000)
         chunks, tasks = plan.chunks, plan.tasks
         per_table = {str(s.table): TablePlan(epoch, sum(1 for c in chunks if c.table == s.table)) for s in todo}
@@ -141,11 +141,12 @@ class PlanChunksOperator(BaseOperator):
                       len(todo), len(chunks), len(tasks), sorted(set(finished) - set(per_table)) or "none")
         return [ChunkTask([replace(c, epoch=epoch) for c in t.chunks]).to_dict() for t in tasks]
 
-    def _stop_a_stream_that_misses(self, p, tables: set[str]) -> None:
+    def _stop_a_stream_that_misses(self, p, tables: set[str], backfill: bool) -> None:
         """A running continuous stream that does not read a table about to be snapshotted (one the YAML added,
         or one created since that a pattern matches) is stopped first: it would pass the snapshot's high
         watermark without the table's changes, and resume past them. With the stream stopped the snapshot ends
-        ahead of its checkpoint, and this run's stream task launches it again with the table."""
+        ahead of its checkpoint, and this run's stream task launches it again with the table. A backfill, which
+        launches no stream, is refused instead."""
         from airflow.sdk.exceptions import AirflowException
 
         from airflow_cdc_provider.operators.stream import holder_alive, stop_holder, tables_new_to_running_stream
@@ -154,6 +155,11 @@ class PlanChunksOperator(BaseOperator):
         holder, new = tables_new_to_running_stream(p, tables, timeout)
         if not new:
             return
+        if backfill:  # whose stream task launches no stream: the stream would stay stopped
+            from airflow.sdk.exceptions import AirflowFailException
+
+            raise AirflowFailException(f"the running stream ({holder.holder}) does not read {sorted(new)}: a backfill "
+                                       "cannot add tables to it; trigger a regular run of the DAG with the same conf")
         self.log.warning("the running stream (%s) does not read %s, about to be snapshotted: stopping it (after its "
                          "current batch) until the snapshot is done; this run's stream task launches it again, "
                          "reading them too", holder.holder, sorted(new))

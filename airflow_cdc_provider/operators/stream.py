@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -128,6 +129,13 @@ class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
                 return {"skipped": "snapshot under way", "runs": runs}
             raise AirflowFailException("no finished snapshot and no stream seed: run the snapshot tasks first")
         tables = streamed_tables(seed, p.stream.startup, p.captured_tables, p.state.streamed_tables())
+        unread = {t: s for t, s in p.state.planned_snapshots().items() if t not in tables}
+        first_snapshots = snapshots_under_way(context, unread) if unread else {}
+        if first_snapshots:  # launched now, the stream would pass their high watermarks without them
+            runs = sorted({s.run_id for s in first_snapshots.values()})
+            self.log.info("the first snapshot of %s is under way in DAG run(s) %s: the stream is launched there, "
+                          "once it is finished, reading them too", sorted(first_snapshots), runs)
+            return {"skipped": "snapshot under way", "runs": runs}
         # the job writes this id into its status: a status is this launch's only if the ids match (a killed
         # predecessor's last heartbeat must never pass for the new job's, whatever the clocks say)
         self._launch_id = uuid.uuid4().hex
@@ -151,6 +159,7 @@ class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
                           time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(holder.acquired_at)))
             taken_up = self._hand_over_snapshots(p, holder, lease.holder) if holder.mode == "continuous" else {}
             return {"skipped": "stream running", "holder": holder.holder, "taken_up": taken_up}
+        self._hold_tables_passed_unread(p, tables)
         p.state.add_streamed_tables(tables)
         if p.stream.mode == "continuous":
             return self._run_continuous(context, p, lease, tables)
@@ -204,6 +213,32 @@ class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
                 return other
             p.state.release_lease(other.launch_id)
 
+    def _hold_tables_passed_unread(self, p, tables: list[str]) -> None:
+        """A table this launch streams for the first time whose snapshot a high watermark of ended before the
+        checkpoint the stream resumes from: the changes between were read by no stream (a stream launched
+        while its snapshot ran). It is held, as after a resync, and the next run re-snapshots it."""
+        from airflow_cdc_provider.core.chunks import TableId
+        from airflow_cdc_provider.core.offsets import EventPosition
+        from airflow_cdc_provider.core.schema_changes import RESYNC, SchemaChange
+
+        before, resume = p.state.read_json(p.state.STREAMED), p.state.checkpoint_offset()
+        if before is None or resume is None:  # no stream yet, or one launched before this was recorded
+            return
+        finished = p.state.finished_tables()
+        passed = []
+        for table in sorted(set(tables) - set(before)):
+            snapshot = finished.get(table)
+            if snapshot is not None and min(r.high_watermark for r in snapshot.chunks) < resume:
+                passed.append(SchemaChange(RESYNC, TableId.parse(table), "", "its snapshot ended before the stream's "
+                                           "checkpoint, and no stream read it in between",
+                                           EventPosition(resume.file, resume.pos)))
+        if passed:
+            p.state.record_schema_changes(passed)
+            self.log.warning("%s: streamed for the first time from %s, after their snapshot ended; held until the "
+                             "next run re-snapshots them (or now: airflow dags trigger <dag_id> -c "
+                             "'{\"resnapshot\": %s}')", [str(c.table) for c in passed], resume,
+                             json.dumps([str(c.table) for c in passed]))
+
     def _hand_over_snapshots(self, p, holder: StreamLease, me: str) -> dict[str, int]:
         """Snapshots finished after the running continuous stream set up (this run's re-snapshot, a held table's
         new definition) are taken up by it: a reload request, then a wait until its status shows their epochs.
@@ -216,9 +251,16 @@ class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
             loaded = status.epochs if status is not None and status.launch_id == holder.launch_id else {}
             return {t: e for t, e in finished.items() if loaded.get(t, -1) < e}
 
-        newer = missing(p.state.read_status())
+        status = p.state.read_status()
+        newer = missing(status)
         if not newer:
             return {}
+        unread = sorted(t for t in newer if status is not None and status.launch_id == holder.launch_id
+                        and status.tables and t not in status.tables)
+        if unread:
+            raise AirflowException(f"the running stream ({holder.holder}) does not read {unread}, snapshotted by this "
+                                   "run: it cannot take them up. Stop it (airflow-cdc stop), then trigger the DAG with "
+                                   f"{{\"resnapshot\": {json.dumps(unread)}}}: the stream is launched again with them")
         p.state.request_reload(ReloadRequest(newer, me))
         self.log.info("asked the running stream to take up the snapshot(s) %s without stopping", newer)
         limit = self._timeout(p) + STOP_GRACE_SECONDS  # its current batch, a stop, a new query's set-up

@@ -147,9 +147,9 @@ def sink_moved(p: Pipeline) -> list[str]:
     changed from now on. The first run that writes records the sink (``claim_sink``)."""
     try:
         recorded = p.state.read_sink_identity()
-    except (StorageError, OSError):  # an unreadable state store: check_writable says so
+        current = p.sink.identity()
+    except (StorageError, OSError):  # an unreadable state store or sink: check_writable says so
         return []
-    current = p.sink.identity()
     if recorded is None or recorded == current:
         return []
     return [f"{p.config.where}: sink: the state store at {p.state.uri} (state.path) holds the snapshots and the "

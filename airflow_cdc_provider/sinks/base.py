@@ -82,10 +82,16 @@ class SinkConfig:
     def identity(self) -> dict[str, Any]:
         """Where the sink's data lives, and nothing that can change without moving it (a connection id, a
         login): what the state store's snapshots and stream position were written for."""
-        if self.path is not None:
-            return {"type": self.type, "path": self.path.removeprefix("file://").rstrip("/") or "/"}
-        return {"type": self.type, "host": self.conn.get("host"), "port": self.conn.get("port"),
-                "database": self.conn.get("schema"), "schema": self.schema}
+        if self.path is not None:  # the place the storage opens, however the URI spells it
+            import posixpath
+
+            from airflow_cdc_provider.state.storage import Storage
+
+            storage = Storage(self.path, key="sink.path")
+            protocol = {"s3a": "s3", "s3n": "s3", "local": "file"}.get(storage.protocol, storage.protocol)
+            return {"type": self.type, "path": f"{protocol}://{posixpath.normpath(storage.root)}"}
+        return {"type": self.type, "host": str(self.conn.get("host") or "").lower(),
+                "port": int(self.conn.get("port") or 5432), "database": self.conn.get("schema"), "schema": self.schema}
 
 
 class SnapshotWindow(Protocol):

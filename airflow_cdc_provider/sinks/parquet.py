@@ -399,8 +399,13 @@ class ParquetSink(FileSink):
 
     def writes_arrow_changes(self, types) -> bool:
         """Not for a table with both TIMESTAMP and DATETIME columns: Spark writes the first as INT96 and the
-        second as INT64, pyarrow writes every timestamp column of a file one way."""
-        return not {"timestamp", "timestamp_ntz"} <= {t.spark for t in types.types}
+        second as INT64, pyarrow writes every timestamp column of a file one way. Nor for TIMESTAMP columns when
+        the session has Spark write them otherwise (``spark.sql.parquet.outputTimestampType``)."""
+        kinds = {t.spark for t in types.types}
+        if "timestamp" in kinds and self.spark is not None and \
+                self.spark.conf.get("spark.sql.parquet.outputTimestampType", "INT96").upper() != "INT96":
+            return False
+        return not {"timestamp", "timestamp_ntz"} <= kinds
 
     def write_arrow_changes(self, rows, types, batch_id: int, mid_write: Hook) -> None:
         """The file Spark would write, written by pyarrow: Spark's types (INT96 timestamps), its schema in the

@@ -108,12 +108,14 @@ def test_a_sink_moved_away_from_the_state_stores_is_refused_naming_both_and_the_
     assert "sink.json" in problem  # how to say the data was moved there on purpose
     claim_sink(moved)  # the first sink stays recorded
     assert sink_moved(moved) == [problem]
+    for same in (f"file:{env / 'old'}", f"{env}//./old", f"file://{env / 'x'}/../old"):  # one place, other spellings
+        assert sink_moved(pipeline(env, f"state: {{path: {env / 'state'}}}\nsink: {{path: '{same}'}}\n")) == [], same
 
 
 def test_a_jdbc_sinks_login_or_connection_id_may_change_its_database_or_schema_may_not(env, monkeypatch):
     state = f"state: {{path: {env / 'state'}}}\n"
     claim_sink(pipeline(env, state + "sink: {type: jdbc, conn_id: pg, schema: cdc}\n"))
-    monkeypatch.setenv("AIRFLOW_CONN_PG2", "postgresql://other:pw@pg.example:5433/warehouse")
+    monkeypatch.setenv("AIRFLOW_CONN_PG2", "postgresql://other:pw@PG.example:5433/warehouse")
     assert sink_moved(pipeline(env, state + "sink: {type: jdbc, conn_id: pg2, schema: cdc}\n")) == []
     assert sink_moved(pipeline(env, state + "sink: {type: jdbc, conn_id: pg2, schema: cdc2}\n"))
     monkeypatch.setenv("AIRFLOW_CONN_PG3", "postgresql://writer:pw@pg.example:5433/lake")

@@ -47,3 +47,32 @@ def test_a_table_left_out_of_source_tables_is_still_streamed_so_it_has_no_gap_wh
     store.add_streamed_tables(["db.t"])
     assert store.streamed_tables() == set(CAPTURED)
     assert streamed_tables(started, "latest", lambda: ["db.w"], store.streamed_tables()) == [*CAPTURED, "db.w"]
+
+
+def test_a_table_first_streamed_past_its_snapshots_high_watermark_is_held_until_re_snapshotted(tmp_path):
+    """A stream launched while a new table's snapshot ran did not read it: launched later with it, it resumes
+    after that snapshot's high watermark, and the changes between would be lost without a word."""
+    from types import SimpleNamespace
+
+    from airflow_cdc_provider.operators.stream import BinlogStreamOperator
+    from airflow_cdc_provider.pipeline.table_schemas import pending_resyncs
+    from airflow_cdc_provider.state.store import StateStore
+
+    store = StateStore(tmp_path / "state")
+    store.storage.write_text(f"{store.CHECKPOINT}/offsets/0", 'v1\n{}\n{"file": "mysql-bin.000002", "pos": 500}\n')
+    store.storage.write_text(f"{store.CHECKPOINT}/commits/0", "v1\n{}\n")
+    assert store.checkpoint_offset() == at(500)
+    for table in ("db.t", "db.u", "db.v"):
+        store.write_finished_snapshot(snapshot(table))  # high watermark at 200, behind the checkpoint
+    store.add_streamed_tables(["db.t"])
+    op = BinlogStreamOperator(task_id="stream", config="unused.yaml")
+    op._hold_tables_passed_unread(SimpleNamespace(state=store), ["db.t", "db.u"])
+    held = pending_resyncs(store)
+    assert set(held) == {"db.u"} and held["db.u"].position.pos == 500  # db.t was streamed; db.v is not launched
+
+    fresh = StateStore(tmp_path / "fresh")  # no stream launched with this record yet: nothing to judge by
+    fresh.storage.write_text(f"{fresh.CHECKPOINT}/offsets/0", 'v1\n{}\n{"file": "mysql-bin.000002", "pos": 500}\n')
+    fresh.storage.write_text(f"{fresh.CHECKPOINT}/commits/0", "v1\n{}\n")
+    fresh.write_finished_snapshot(snapshot("db.u"))
+    op._hold_tables_passed_unread(SimpleNamespace(state=fresh), ["db.u"])
+    assert pending_resyncs(fresh) == {}
