@@ -123,19 +123,13 @@ class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
         if seed is None and p.stream.startup == "initial":
             under_way = snapshots_under_way(context, p.state.planned_snapshots())
             if under_way:
-                runs = sorted({s.run_id for s in under_way.values()})
-                self.log.info("the first snapshot of %s is under way in DAG run(s) %s: the stream starts there, once "
-                              "it is finished", sorted(under_way), runs)
-                return {"skipped": "snapshot under way", "runs": runs}
+                return self._left_to(under_way)
             raise AirflowFailException("no finished snapshot and no stream seed: run the snapshot tasks first")
         tables = streamed_tables(seed, p.stream.startup, p.captured_tables, p.state.streamed_tables())
         unread = {t: s for t, s in p.state.planned_snapshots().items() if t not in tables}
         first_snapshots = snapshots_under_way(context, unread) if unread else {}
         if first_snapshots:  # launched now, the stream would pass their high watermarks without them
-            runs = sorted({s.run_id for s in first_snapshots.values()})
-            self.log.info("the first snapshot of %s is under way in DAG run(s) %s: the stream is launched there, "
-                          "once it is finished, reading them too", sorted(first_snapshots), runs)
-            return {"skipped": "snapshot under way", "runs": runs}
+            return self._left_to(first_snapshots)
         # the job writes this id into its status: a status is this launch's only if the ids match (a killed
         # predecessor's last heartbeat must never pass for the new job's, whatever the clocks say)
         self._launch_id = uuid.uuid4().hex
@@ -212,6 +206,13 @@ class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
             else:
                 return other
             p.state.release_lease(other.launch_id)
+
+    def _left_to(self, under_way: dict) -> dict[str, Any]:
+        """No launch: the runs snapshotting tables for the first time launch the stream once they are done."""
+        runs = sorted({s.run_id for s in under_way.values()})
+        self.log.info("the first snapshot of %s is under way in DAG run(s) %s: the stream is launched there, once "
+                      "it is finished, reading them too", sorted(under_way), runs)
+        return {"skipped": "snapshot under way", "runs": runs}
 
     def _hold_tables_passed_unread(self, p, tables: list[str]) -> None:
         """A table this launch streams for the first time whose snapshot a high watermark of ended before the

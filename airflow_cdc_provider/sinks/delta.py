@@ -57,7 +57,7 @@ from airflow_cdc_provider.sinks.base import (
 )
 from airflow_cdc_provider.sinks.delta_settings import DeltaSinkSettings
 from airflow_cdc_provider.sinks.evolution import check_numbering, column_moves
-from airflow_cdc_provider.sinks.parquet_arrow import arrow_literal, newest_per_key
+from airflow_cdc_provider.sinks.parquet_arrow import arrow_literal, newest_row_changes
 from airflow_cdc_provider.sinks.registry import register_sink
 from airflow_cdc_provider.sinks.types import TableSinkTypes
 from airflow_cdc_provider.spark.frames import col, cols, latest_per_key
@@ -716,8 +716,7 @@ class DeltaSink(FileSink):
         table = str(types.schema.table)
         keys = list(types.schema.key_columns)
         app = (self.stream_app_id(self.spark, table), batch_id)
-        rows = newest_per_key(rows.filter(pc.is_in(rows["_cdc_op"], value_set=pa.array(ROW_OPS))), keys)
-        rows = rows.append_column(DELETED, pc.equal(rows["_cdc_op"], "d"))
+        rows = newest_row_changes(rows, keys)
         rows = rows.append_column(CHUNK, pa.nulls(rows.num_rows, pa.string()))
         mid_write()
         if not rows.num_rows:

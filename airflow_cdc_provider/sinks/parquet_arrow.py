@@ -154,6 +154,16 @@ def _newer_than(rows: Any, version: tuple):
         pc.greater(p, pos), pc.and_(pc.equal(p, pos), pc.greater(r, row)))))
 
 
+def newest_row_changes(rows: Any, key_columns: list[str]):
+    """A batch's rows as a mirror takes them: the newest row change per key (schema changes' records left out),
+    with ``_cdc_deleted`` (the change is a delete). Spark's counterpart: ``frames.latest_per_key``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    rows = newest_per_key(rows.filter(pc.is_in(rows["_cdc_op"], value_set=pa.array(ROW_OPS))), key_columns)
+    return rows.append_column("_cdc_deleted", pc.equal(rows["_cdc_op"], "d"))
+
+
 def newest_per_key(rows: Any, key_columns: list[str]):
     """The row with the highest version of every key."""
     import pyarrow as pa

@@ -48,7 +48,7 @@ from airflow_cdc_provider.sinks.base import (
     Version,
 )
 from airflow_cdc_provider.sinks.evolution import check_numbering, column_moves
-from airflow_cdc_provider.sinks.parquet_arrow import newest_per_key
+from airflow_cdc_provider.sinks.parquet_arrow import newest_row_changes
 from airflow_cdc_provider.sinks.registry import register_sink
 from airflow_cdc_provider.sinks.types import TableSinkTypes
 from airflow_cdc_provider.spark.frames import col, latest_per_key, with_meta
@@ -608,10 +608,8 @@ class PostgresSink(Sink):
         """As ``write_changes``, from the driver: the newest change per key, upserted with the same conversions
         as ``_upsert`` (a timestamp as its UTC wall clock, ``bytea`` as hex text)."""
         import pyarrow as pa
-        import pyarrow.compute as pc
 
-        rows = newest_per_key(rows.filter(pc.is_in(rows["_cdc_op"], value_set=pa.array(ROW_OPS))),
-                              list(types.schema.key_columns))
+        rows = newest_row_changes(rows, list(types.schema.key_columns))
         data = []
         for c, t in zip(types.schema.columns, types.types, strict=True):
             values = rows[c.name]
@@ -620,8 +618,7 @@ class PostgresSink(Sink):
             elif t.spark == "binary":
                 values = pa.array([bytea_text(v) for v in values.to_pylist()], pa.string())
             data.append(values)
-        out = pa.table(data + [rows[n] for n in META_NAMES] + [pc.equal(rows["_cdc_op"], "d"),
-                                                                pa.nulls(rows.num_rows, pa.string())],
+        out = pa.table(data + [rows[n] for n in META_NAMES] + [rows["_cdc_deleted"], pa.nulls(rows.num_rows, pa.string())],
                        names=[*types.schema.column_names, *META_NAMES, "_cdc_deleted", "_cdc_chunk"])
         self.mirror.upsert_batches(str(types.schema.table), types.schema.column_names, list(types.schema.key_columns),
                                    out.to_batches())
