@@ -211,8 +211,8 @@ class StreamConfig:
     read_partitions: PositiveInt | None = None  # Spark tasks decoding one batch (None: the application's parallelism)
     # a batch is cut into segments no smaller than this: each costs a replica connection and a Python worker's setup
     min_segment_bytes: PositiveInt = 4 * 2**20
-    # a batch of at most this much binlog is collected to the driver and written from there: one Spark job, not
-    # one per table with rows (0: every batch is written by Spark's executors)
+    # a batch of at most this much binlog is read and written by the driver: no Spark job, not one per table
+    # with rows (0: every batch is read and written by Spark's executors)
     driver_batch_bytes: NonNegativeInt = 4 * 2**20
     trigger_interval: Str = "2 seconds"  # continuous mode
     heartbeat_timeout: PositiveInt = 120  # seconds without a heartbeat before the stream task fails
@@ -537,8 +537,8 @@ _DESCRIPTIONS: dict[str, dict[str, str]] = {
         "max_batch_bytes": "Binlog bytes per micro-batch: what one batch holds in memory.",
         "read_partitions": "Spark tasks decoding one batch; default: the application's parallelism.",
         "min_segment_bytes": "A batch is cut into segments no smaller than this.",
-        "driver_batch_bytes": "A batch of at most this many binlog bytes is collected to the driver and written from "
-                              "there (one Spark job per batch instead of one per table); 0: never.",
+        "driver_batch_bytes": "A batch of at most this many binlog bytes is read and written by the driver (no "
+                              "Spark job, instead of one per table with rows); 0: never.",
         "trigger_interval": "Continuous mode: the micro-batch trigger interval.",
         "heartbeat_timeout": "Seconds without a heartbeat before the stream task fails.",
         "deferrable": "Continuous mode: watch the stream from the triggerer.",

@@ -42,7 +42,7 @@ from airflow_cdc_provider.core.shadow_tables import EMPTIED, OTHER, ShadowStatem
 from airflow_cdc_provider.source.ddl import dropped_database, mentions_captured, swapped_into, schema_changes
 from airflow_cdc_provider.source.online_schema_change import shadow_statements
 from airflow_cdc_provider.source.row_decoder import RowDecoder
-from airflow_cdc_provider.source.connection import connect
+from airflow_cdc_provider.source.connection import SourceConnection, connect
 from airflow_cdc_provider.source.schema import TableSchema
 from airflow_cdc_provider.source.settings import ConnectionSettings
 from airflow_cdc_provider.source.table_definition import definition_difference
@@ -443,6 +443,7 @@ def open_stream(
         is_mariadb=False,
         enable_logging=False,
         freeze_schema=True,
+        pymysql_wrapper=SourceConnection,
     )
     try:
         yield BinlogEvents(stream)

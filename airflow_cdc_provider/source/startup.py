@@ -58,11 +58,14 @@ def _scan(settings: ConnectionSettings, server_id: int, first: BinlogOffset, *, 
     from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
 
+    from airflow_cdc_provider.source.connection import SourceConnection
+
     stream = BinLogStreamReader(
         connection_settings=settings.replication_kwargs(), server_id=server_id, log_file=first.file,
         log_pos=first.pos, resume_stream=True, blocking=False,
         only_events=[MariadbGtidEvent, XidEvent, QueryEvent], is_mariadb=False, enable_logging=False,
         freeze_schema=True,  # no rows are decoded here: table maps only need their ids
+        pymysql_wrapper=SourceConnection,
     )
     boundary = first
     found_gtid = False

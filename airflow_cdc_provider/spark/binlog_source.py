@@ -148,18 +148,28 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _setup(self) -> None:
         if self._ready:
             return
-        import pymysql
+        from airflow_cdc_provider.source.connection import SourceConnection
 
+        self.conn = SourceConnection(**self.settings.pymysql_kwargs())
+        try:
+            self._set_up_with_connection()
+        except BaseException:
+            self.conn.close()
+            raise
+        self._ready = True
+
+    def _set_up_with_connection(self) -> None:
+        """Everything else the reader needs, from the options, the state store and ``self.conn``."""
         from airflow_cdc_provider.core.chunks import TableId
         from airflow_cdc_provider.core.emit_filter import build_emit_filter
         from airflow_cdc_provider.pipeline.stream_evolutions import StreamEvolutions, covered_through
         from airflow_cdc_provider.sinks.registry import sink_class
         from airflow_cdc_provider.sinks.types import TableSinkTypes
+        from airflow_cdc_provider.source.connection import SourceConnection
         from airflow_cdc_provider.source.key_order import DatabaseKeyOrder
         from airflow_cdc_provider.source.table_versions import TableVersion
         from airflow_cdc_provider.state.store import StateStore
 
-        self.conn = pymysql.connect(**self.settings.pymysql_kwargs())
         # the driver's definitions, the same in every task (never this process's own look at the source)
         chains = {d["table"]: [TableVersion.from_dict(v) for v in d["versions"]] for d in self.definitions}
         sinks = {d["table"]: [TableVersion.from_dict(v) for v in d.get("sink_versions") or d["versions"]]
@@ -168,7 +178,7 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.types = {TableId.parse(t): TableSinkTypes.of(c[-1].schema, c[-1].number) for t, c in sinks.items()}
         self.evolutions = StreamEvolutions(
             chains, {d["table"]: d.get("epoch", 0) for d in self.definitions}, self.spec.state_path,
-            partial(pymysql.connect, **self.settings.pymysql_kwargs()),
+            partial(SourceConnection, **self.settings.pymysql_kwargs()),
             {t: self.spec.stream.schema_changes_for(t) for t in chains},
             in_place=sink_class(self.spec.sink.type).evolves_in_place, sinks=sinks)
         self.orders = {t: DatabaseKeyOrder(self.conn, s) for t, s in self.schemas.items()}
@@ -188,7 +198,6 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.covered_through = covered_through(self.seed, self.schemas)
         self.filter = build_emit_filter(ranges, orders)
         self.store = store
-        self._ready = True
 
     def _server_offset(self) -> dict[str, Any]:
         from airflow_cdc_provider.source.server import current_offset
@@ -325,6 +334,43 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict) -> None:
         pass
+
+    # -- a small batch read by the stream's driver (``spark.stream.BatchWriter``) ---------------------------
+    def read_table(self, start, end, large_types: bool = False):
+        """``[start, end)`` (``BinlogOffset``s of one batch) read as one segment, as a ``pyarrow.Table`` of the
+        source's schema typed as ``DataFrame.toArrow`` collects it (``large_types``: Spark's
+        ``useLargeVarTypes``); None when a value does not fit its Arrow type as is (Spark's path converts it),
+        or when the source cannot be reached: Spark's tasks then read the batch, reconnecting as they do, and a
+        stop asked for meanwhile cancels them (a read here cannot be)."""
+        import logging
+
+        import pyarrow as pa
+        import pymysql
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        first = offset_dict(start.file, start.pos, None, 0, False)
+        unreachable = (pymysql.err.OperationalError, pymysql.err.InterfaceError, ConnectionError)
+        if self._ready:
+            try:
+                self.conn.ping(reconnect=False)
+            except unreachable:  # idle longer than the server's wait_timeout: set up again
+                self._reset()
+        try:
+            rows = self._read(first, offset_dict(end.file, end.pos, None, 0, False), 0, first)
+        except unreachable as exc:
+            logging.getLogger("airflow_cdc.binlog").warning("the batch was not read in the driver, Spark's tasks read "
+                                                            "it: source unreachable (%s)", exc)
+            self._reset()
+            return None
+        batches = arrow_batches(rows, self.schema)
+        if batches is None:
+            return None
+        arrow_schema = to_arrow_schema(self.schema, error_on_duplicated_field_names_in_struct=True, timezone="UTC",
+                                       prefers_large_types=large_types)
+        return pa.Table.from_batches(batches, schema=to_arrow_schema(self.schema, timezone="UTC")).cast(arrow_schema)
+
+    def close(self) -> None:
+        self._reset()
 
     # -- decoding ----------------------------------------------------------------------------------
     def _read(self, start: dict, stop: dict, index: int, batch_start: dict | None = None) -> list[tuple]:

@@ -1,9 +1,10 @@
-"""Small stream batches written from the driver: one Spark job per batch instead of one per table with rows.
+"""Small stream batches read and written by the driver: no Spark job, instead of one per table with rows.
 
-Most of a small batch's time in a Spark job is Spark's own (scheduling, the parquet writer's commit protocol,
-the cache the tables' writes share), not the rows. A batch whose binlog span is at most
-``stream.driver_batch_bytes`` is therefore collected to the driver as Arrow, in the one job that reads it, and
-each table's rows go into the sink from there through the sink's own Python writer
+Most of a small batch's time in a Spark job is Spark's own (scheduling, the Python worker, the parquet writer's
+commit protocol, the cache the tables' writes share), not the rows. A batch whose binlog span is at most
+``stream.driver_batch_bytes`` is therefore read by the driver with the source's own reader
+(``BinlogReader.read_table``), or, when a value needs Spark's converter, collected to it as Arrow in the one
+job that reads it; each table's rows go into the sink from there through the sink's own Python writer
 (``Sink.write_arrow_changes``). Larger batches, whose rows would not fit the driver comfortably and whose
 writes gain from the executors, stay with Spark.
 

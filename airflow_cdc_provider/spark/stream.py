@@ -109,7 +109,10 @@ class BatchWriter:
     to the state store after each batch, where the job's status loop reads them."""
 
     def __init__(self, spec: JobSpec, secrets: dict[str, str], types: dict[str, TableSinkTypes],
-                 image_columns: dict[str, str], publish: bool = False, carried: dict[str, Any] | None = None) -> None:
+                 image_columns: dict[str, str], publish: bool = False, carried: dict[str, Any] | None = None,
+                 definitions: list[dict] | None = None) -> None:
+        self.spec_json = spec.to_json()
+        self.definitions = definitions  # the source's option: a small batch is read here with them
         self.sink_config = spec.sink
         self.secrets = secrets
         self.types = types
@@ -125,12 +128,21 @@ class BatchWriter:
         self.last_event_ms = int(carried["last_event_ms"])  # commit time of the newest change written (for the lag)
         self.driver_batch_bytes = spec.stream.driver_batch_bytes
         self._last_end: BinlogOffset | None = None  # where the last batch ended, per the checkpoint
+        self._span: tuple[BinlogOffset, BinlogOffset] | None = None  # the small batch's start and end
         self._sink = None
         self._store: StateStore | None = None
+        self._reader = None  # the source's reader, in this process, for small batches
+        self._large_types = False  # Spark's Arrow string and binary types (``toArrow``'s)
         self._arrow: bool | None = None  # whether the sink takes every captured table's rows from the driver
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_sink": None, "_store": None}
+        return {**self.__dict__, "_sink": None, "_store": None, "_reader": None}
+
+    def close(self) -> None:
+        """Close the small batches' reader's connection to the source (the query ended)."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
     def totals(self) -> dict[str, Any]:
         return {"rows_emitted": self.rows_emitted, "rows_by_table": dict(self.rows_by_table), "batches": self.batches,
@@ -230,14 +242,19 @@ class BatchWriter:
         start = self._last_end if known else self._store.batch_end(batch_id - 1)
         self._last_end = self._store.batch_end(batch_id)
         span = span_bytes(start, self._last_end)
+        self._span = (start, self._last_end)
         return span is not None and span <= self.driver_batch_bytes
 
     def _write_from_driver(self, batch_df, batch_id: int, t0: float) -> tuple[dict[str, int], int]:
-        """A small batch, read and collected as Arrow in one Spark job; each table's rows are written from here by
-        the sink's own writer. Counts, fault points and schema changes as in the Spark paths below."""
+        """A small batch, read from the binlog here, as Arrow (or, when a value needs Spark's converter, read and
+        collected in one Spark job); each table's rows are written from here by the sink's own writer. Counts,
+        fault points and schema changes as in the Spark paths below."""
         import pyarrow.compute as pc
 
-        batch = batch_df.toArrow()
+        batch = self._read_here(batch_df)
+        where = "in the driver"
+        if batch is None:
+            batch, where = batch_df.toArrow(), "by Spark"
         t_read = time.monotonic() - t0
         changes = {t: table_changes(batch, t, column) for t, column in sorted(self.image_columns.items())}
         counts = {t: rows.num_rows for t, rows in changes.items()}
@@ -246,13 +263,29 @@ class BatchWriter:
                                            self._mid_write(table, batch_id))
             if i == 0:
                 self.faults.hit("mid_batch", f"batch {batch_id}")  # after the first table with rows
-        log.info("batch %d: %d rows read and written in %.2fs from the driver (read in %.2fs)", batch_id,
-                 batch.num_rows, time.monotonic() - t0, t_read)
+        log.info("batch %d: %d rows read and written in %.2fs from the driver (read %s in %.2fs)", batch_id,
+                 batch.num_rows, time.monotonic() - t0, where, t_read)
         records = schema_change_records(batch, KIND_OF_OP, CHANGE_FIELDS)
         if records:
             self._apply_schema_changes(records, batch_id)
         newest = pc.max(batch["ts_ms"]).as_py() if batch.num_rows else None
         return {t: n for t, n in counts.items() if n}, newest or 0
+
+    def _read_here(self, batch_df):
+        """The small batch's rows read by the source's own reader in this process, over the batch's offsets as
+        the checkpoint planned them, as one segment: the rows its tasks would read, with no Spark job (a job's
+        scheduling and Python worker cost more than reading a small batch). As ``toArrow`` would collect them;
+        None when Spark's tasks have to read them (``BinlogReader.read_table``)."""
+        from airflow_cdc_provider.spark.binlog_source import BinlogReader
+
+        if not self.definitions:
+            return None
+        if self._reader is None:
+            self._reader = BinlogReader(self.spec_json, self.secrets, 1, self.definitions, batch_df.schema)
+            self._large_types = batch_df.sparkSession.conf.get("spark.sql.execution.arrow.useLargeVarTypes",
+                                                               "false") == "true"
+        start, end = self._span
+        return self._reader.read_table(start, end, self._large_types)
 
     def _write_table_by_table(self, batch_df, batch_id: int, t0: float) -> tuple[dict[str, int], int]:
         """Several captured tables: the batch is cached (decoded once) and each table's rows are written from the
@@ -352,8 +385,11 @@ class StreamJob:
             if len(self.sink_versions[table]) > 1 and sink.evolves_in_place:
                 sink.evolve_in_place(self.sink_versions[table], types.epoch)
         self.restart = False  # the query stopped at a table's new version: another starts with it
+        # each table's definitions, in image column order: the source's tasks and the writer's reads decode with these
+        self.definitions = [{"table": t, "epoch": self.epochs.get(t, 0), "versions": [v.to_dict() for v in self.versions[t]],
+                             "sink_versions": [v.to_dict() for v in self.sink_versions[t]]} for t in self.order]
         self.writer = BatchWriter(spec, secrets, self.types, {t: image_column(i) for i, t in enumerate(self.order)},
-                                  publish=self.connect, carried=carried)
+                                  publish=self.connect, carried=carried, definitions=self.definitions)
         log.info("stream job set up in %.2fs (%d tables)", time.monotonic() - t0, len(self.types))
 
     def _query_seed(self):
@@ -461,6 +497,7 @@ class StreamJob:
         try:
             return self._run()
         finally:
+            self.writer.close()
             self._done.set()
             if hook is not None:
                 _remove_stop_hook(self.spark, hook)
@@ -479,10 +516,7 @@ class StreamJob:
         # given here, Spark does not start a Python process to ask the source for it
         df = (self.spark.readStream.format("airflow_cdc_binlog").schema(schema).option("spec", self.spec.to_json())
               .option("partitions", str(default_parallelism(self.spark)))
-              .option("definitions", json.dumps([{"table": t, "epoch": self.epochs.get(t, 0),
-                                                   "versions": [v.to_dict() for v in self.versions[t]],
-                                                   "sink_versions": [v.to_dict() for v in self.sink_versions[t]]}
-                                                  for t in self.order]))
+              .option("definitions", json.dumps(self.definitions))
               .option("schema", schema).load())
         writer = df.writeStream.foreachBatch(self.writer).option("checkpointLocation", self.store.checkpoint_location)
         if self.mode == "continuous":

@@ -1,0 +1,72 @@
+"""A small stream batch read by the stream job's driver (``BinlogReader.read_table``): the changes of the range
+as Arrow, the source's own reader reused from batch to batch; an unreachable source leaves the batch to Spark."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+from airflow_cdc_provider.core.chunks import TableId
+from airflow_cdc_provider.core.offsets import BinlogOffset
+from airflow_cdc_provider.pipeline.jobspec import JobSpec
+from airflow_cdc_provider.sinks.base import SinkConfig
+from airflow_cdc_provider.source.schema import load_schema
+from airflow_cdc_provider.source.server import current_offset
+from airflow_cdc_provider.source.table_versions import TableVersion
+from airflow_cdc_provider.spark.binlog_source import BinlogReader
+from airflow_cdc_provider.state.store import StateStore
+from airflow_cdc_provider.testing.mariadb import free_port
+
+META = [StructField("table", StringType()), StructField("op", StringType()), StructField("ts_ms", LongType()),
+        StructField("file_seq", LongType()), StructField("pos", LongType()), StructField("row", IntegerType()),
+        StructField("statement", StringType())]
+IMAGE = StructType([StructField("id", IntegerType()), StructField("name", StringType())])
+
+
+def reader_of(source_db, tmp_path, server_id, settings=None) -> tuple[BinlogReader, str]:
+    source_db.execute("CREATE TABLE people (id INT PRIMARY KEY, name VARCHAR(20))")
+    table = source_db.table("people")
+    with source_db.connection() as conn:
+        version = TableVersion(0, load_schema(conn, TableId.parse(table)))
+    settings = settings or source_db.settings
+    spec = JobSpec(pipeline="p", source=settings, tables={table: None}, state_path=StateStore(tmp_path / "state").uri,
+                   sink=SinkConfig(type="parquet", path=str(tmp_path / "sink")), server_id=server_id)
+    definitions = [{"table": table, "epoch": 0, "versions": [version.to_dict()], "sink_versions": [version.to_dict()]}]
+    schema = StructType(META + [StructField("image_0", IMAGE)])
+    return BinlogReader(spec.to_json(), {"source_password": source_db.settings.password}, 1, definitions, schema), table
+
+
+def here(source_db) -> BinlogOffset:
+    with source_db.connection() as conn:
+        at = current_offset(conn)
+    return BinlogOffset(at.file, at.pos)
+
+
+def test_batches_read_in_the_driver_hold_the_ranges_changes(source_db, tmp_path, server_id):
+    reader, table = reader_of(source_db, tmp_path, server_id)
+    try:
+        start = here(source_db)
+        source_db.execute("INSERT INTO people VALUES (1, 'ann'), (2, 'bo')")
+        middle = here(source_db)
+        source_db.execute("UPDATE people SET name = 'bob' WHERE id = 2")
+        source_db.execute("DELETE FROM people WHERE id = 1")
+        end = here(source_db)
+        first, second = reader.read_table(start, middle), reader.read_table(middle, end)  # one reader, two batches
+        assert [(r["table"], r["op"], r["image_0"]) for r in first.to_pylist()] == \
+               [(table, "c", {"id": 1, "name": "ann"}), (table, "c", {"id": 2, "name": "bo"})]
+        assert [(r["op"], r["image_0"]) for r in second.to_pylist()] == \
+               [("u", {"id": 2, "name": "bob"}), ("d", {"id": 1, "name": "ann"})]
+        assert first.schema.field("image_0").type.field("name").type == "string"
+        assert reader.read_table(end, end).num_rows == 0
+    finally:
+        reader.close()
+
+
+def test_an_unreachable_source_leaves_the_batch_to_sparks_tasks(source_db, tmp_path, server_id):
+    nowhere = dataclasses.replace(source_db.settings, port=free_port(), connect_timeout=2)
+    reader, _ = reader_of(source_db, tmp_path, server_id, settings=nowhere)
+    start = here(source_db)
+    source_db.execute("INSERT INTO people VALUES (1, 'ann')")
+    assert reader.read_table(start, here(source_db)) is None
+    assert not reader._ready
