@@ -39,13 +39,16 @@ def check_exactly_once(spark, p, db, seed, server_id) -> int:
     return len(got)
 
 
-def test_mariadb_restart_while_the_stream_runs(source_db, mariadb, tmp_path, spark, server_id, scenario):
+@pytest.mark.parametrize("driver_batch_bytes", [0, 4 * 2**20], ids=["executors", "driver"])
+def test_mariadb_restart_while_the_stream_runs(source_db, mariadb, tmp_path, spark, server_id, scenario,
+                                               driver_batch_bytes):
+    """Batches read by Spark's tasks, or (small ones) by the driver, which leaves a batch it cannot read to them."""
     n = scale(2_000, 100_000)
     make_orders(source_db, n)
     p = Pipeline(source_db, tmp_path, parquet_sink(tmp_path), ["orders"], chunk_size=max(n // 4, 500))
     p.snapshot(p.plan())
     seed = p.collect()
-    with p.continuous_stream() as proc:
+    with p.continuous_stream(driver_batch_bytes=driver_batch_bytes) as proc:
         source_db.execute("UPDATE orders SET note = 'before' WHERE id <= 100")
         wait_until(lambda: rows_emitted(p.state) >= 100, "the first changes")
         mariadb.restart()
@@ -55,10 +58,15 @@ def test_mariadb_restart_while_the_stream_runs(source_db, mariadb, tmp_path, spa
         source_db.execute("DELETE FROM orders WHERE id > %s", (n - 50,))
         wait_until(lambda: rows_emitted(p.state) >= 250,
                    "the stream to reconnect and emit the changes made after the restart")
+        # the restart began a binlog file: the batch across it is left to Spark's tasks, the next one is not
+        source_db.execute("UPDATE orders SET note = 'later' WHERE id BETWEEN 300 AND 349")
+        wait_until(lambda: rows_emitted(p.state) >= 300, "the changes after the first batch in the new binlog file")
         assert proc.poll() is None, "the stream died instead of reconnecting"
         p.state.request_stop()
         assert proc.wait(120) == 0, p.last_log("binlog_stream")
-    assert "reconnecting" in p.last_log("binlog_stream")
+    log = p.last_log("binlog_stream", tail=None)
+    assert "reconnecting" in log
+    assert ("(read in the driver" in log) == bool(driver_batch_bytes), log[-3000:]
     scenario.update(rows=n, changes=check_exactly_once(spark, p, source_db, seed, server_id))
 
 
