@@ -69,6 +69,13 @@ def schema_change_row(change, columns: dict[str, int]) -> list:
     return values
 
 
+def unreachable_errors() -> tuple[type[BaseException], ...]:
+    """The errors that mean the source could not be reached (a restart, a failover, an idle connection closed)."""
+    import pymysql
+
+    return (pymysql.err.OperationalError, pymysql.err.InterfaceError, ConnectionError)
+
+
 def offset_dict(file: str, pos: int, gtid: str | None, ts_ms: int, behind: bool) -> dict[str, Any]:
     return {"file": file, "pos": int(pos), "gtid": gtid, "ts_ms": int(ts_ms), "behind": bool(behind)}
 
@@ -212,14 +219,12 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         import logging
         import time
 
-        import pymysql
-
         deadline = time.monotonic() + self.reconnect_timeout
         delay = 1.0
         while True:
             try:
                 return fn(*args)
-            except (pymysql.err.OperationalError, pymysql.err.InterfaceError, ConnectionError) as exc:
+            except unreachable_errors() as exc:
                 if time.monotonic() + delay > deadline:
                     raise
                 logging.getLogger("airflow_cdc.binlog").warning(
@@ -345,11 +350,10 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         import logging
 
         import pyarrow as pa
-        import pymysql
         from pyspark.sql.pandas.types import to_arrow_schema
 
         first = offset_dict(start.file, start.pos, None, 0, False)
-        unreachable = (pymysql.err.OperationalError, pymysql.err.InterfaceError, ConnectionError)
+        unreachable = unreachable_errors()
         if self._ready:
             try:
                 self.conn.ping(reconnect=False)
