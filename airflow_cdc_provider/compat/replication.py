@@ -18,12 +18,13 @@ both must give the server's values.
 from __future__ import annotations
 
 import inspect
-import operator
 import struct
 from types import SimpleNamespace
 from typing import Any, Callable
 
-from pymysql.connections import Connection
+from pymysql import err
+from pymysql.connections import MAX_PACKET_LEN, Connection
+from pymysql.constants import CR
 from pymysql.protocol import MysqlPacket
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.constants import CHARSET
@@ -51,7 +52,7 @@ _WRAPPER_PARAMETERS = (
     "verify_checksum", "optional_meta_data", "enable_logging", "use_column_name_cache", "post_header_lengths",
 )
 _WRAPPER_ATTRIBUTES = ("_BinLogPacketWrapper__data_buffer", "read_bytes", "packet")
-_PACKET_ATTRIBUTES = ("_data", "_position", "is_eof_packet")
+_PACKET_ATTRIBUTES = ("_data", "_position", "raise_for_error")
 _CONNECTIONS = ("_stream_connection", "_ctl_connection")  # set by the reader's connect steps
 # The row event's column readers that ``install_readers`` replaces (called by the library as self.__read_time2, ...).
 _ROWS_EVENT_READERS = ("_RowsEvent__read_time2", "_RowsEvent__read_date", "charset_to_encoding")
@@ -125,8 +126,8 @@ def missing_internals(reader_class: type = BinLogStreamReader,
     most of the names are instance attributes set by the constructors."""
     missing = [f"{reader_class.__name__}.{name}" for name in _READER_METHODS
                if not callable(getattr(reader_class, name, None))]
-    if not callable(getattr(Connection, "_read_packet", None)):
-        missing.append("pymysql Connection._read_packet")
+    if not callable(getattr(Connection, "_force_close", None)):
+        missing.append("pymysql Connection._force_close")
     missing += [f"RowsEvent.{name}" for name in _ROWS_EVENT_READERS if name not in RowsEvent.__dict__]
     if not isinstance(getattr(getattr(CHARSET, "charsets", None), "_by_id", None), dict):
         missing.append("pymysqlreplication.constants.CHARSET.charsets._by_id")
@@ -192,15 +193,54 @@ def connect(stream: BinLogStreamReader) -> None:
             f"supported: {DISTRIBUTION}{SUPPORTED}; reinstall a supported version: {INSTALL}")
 
 
-def packet_reader(stream: BinLogStreamReader) -> Callable[[], Any]:
-    """The replication connection's raw packet read (after ``connect``), to bind once before a packet loop:
-    what ``fetchone`` calls, without its per-packet wrapper and event objects."""
-    return stream._stream_connection._read_packet
+def packet_reader(stream: BinLogStreamReader) -> Callable[[], bytes | None]:
+    """The replication connection's packets (after ``connect``) as bytes, None at the end of the stream: what
+    PyMySQL's own packet read does (the sequence check, packets of 16 MiB and more joined, an error packet
+    raised as its error, a lost connection as ``OperationalError``), without a packet object per binlog event.
+    To bind once before a packet loop; ``as_packet`` makes the library's packet of one when it is needed."""
+    conn: Connection = stream._stream_connection
+    conn._sock.settimeout(conn._read_timeout)
+    conn._current_timeout = conn._read_timeout
+    read_exactly = conn._rfile.read
+
+    def received(size: int) -> bytes:
+        try:
+            data = read_exactly(size)
+        except OSError as exc:
+            conn._force_close()
+            raise err.OperationalError(CR.CR_SERVER_LOST, f"Lost connection to MySQL server during query ({exc})")
+        if len(data) < size:
+            conn._force_close()
+            raise err.OperationalError(CR.CR_SERVER_LOST, "Lost connection to MySQL server during query")
+        return data
+
+    def read() -> bytes | None:
+        parts = []
+        while True:
+            header = received(4)
+            size, seq = header[0] | header[1] << 8 | header[2] << 16, header[3]
+            if seq != conn._next_seq_id:
+                conn._force_close()
+                if seq == 0:  # MariaDB's error packet when it shuts down
+                    raise err.OperationalError(CR.CR_SERVER_LOST, "Lost connection to MySQL server during query")
+                raise err.InternalError(f"Packet sequence number wrong - got {seq} expected {conn._next_seq_id}")
+            conn._next_seq_id = (seq + 1) & 0xFF
+            parts.append(received(size))
+            if size < MAX_PACKET_LEN:
+                break
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        if data[0] == 0xFF:
+            MysqlPacket(data, conn.encoding).raise_for_error()
+        if data[0] == 0xFE and len(data) < 9:  # EOF: the end of a non-blocking dump
+            return None
+        return data
+
+    return read
 
 
-# A packet's bytes: the OK byte, the 19-byte event header, the body, the checksum if any. A C-level getter,
-# for the packet loop runs it once per binlog event.
-packet_bytes: Callable[[Any], bytes] = operator.attrgetter("_data")
+def as_packet(stream: BinLogStreamReader, data: bytes) -> MysqlPacket:
+    """The PyMySQL packet of bytes ``packet_reader`` returned, unread, as the library's reader would get it."""
+    return MysqlPacket(data, stream._stream_connection.encoding)
 
 
 def uses_checksum(stream: BinLogStreamReader) -> bool:

@@ -20,10 +20,7 @@ from airflow_cdc_provider.core.offsets import BinlogOffset, EventPosition
 from airflow_cdc_provider.core.schema_changes import RESYNC, shorten
 from airflow_cdc_provider.core.shadow_tables import ShadowStatement
 from airflow_cdc_provider.source.binlog import DefinitionsChanged, Evolutions, TableChangeReader, read_changes_between
-from airflow_cdc_provider.source.ddl import column_changes, swapped_into
-from airflow_cdc_provider.source.online_schema_change import swapped_in_changes
 from airflow_cdc_provider.source.schema import TableConfigError, column_type_of, column_types, load_schema
-from airflow_cdc_provider.source.schema_evolution import evolve_definition
 from airflow_cdc_provider.source.settings import ConnectionSettings
 from airflow_cdc_provider.source.table_versions import TableVersion, sink_versions, version_at
 from airflow_cdc_provider.state.store import StateStore
@@ -132,6 +129,10 @@ class StreamEvolutions(Evolutions):
 
     def record(self, table: TableId, statement: str, database: str | None, position: EventPosition,
                current: TableVersion) -> TableVersion | str:
+        from airflow_cdc_provider.source.ddl import column_changes, swapped_into  # the DDL parser, when needed
+        from airflow_cdc_provider.source.online_schema_change import swapped_in_changes
+        from airflow_cdc_provider.source.schema_evolution import evolve_definition
+
         behaviour = self.behaviours.get(table, "resnapshot")
         if behaviour not in IN_PLACE_BEHAVIOURS:
             return f"stream.schema_changes is {behaviour} for the table"

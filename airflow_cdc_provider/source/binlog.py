@@ -39,8 +39,6 @@ from airflow_cdc_provider.core.offsets import BinlogOffset, EventPosition, split
 from airflow_cdc_provider.core.records import ChangeRecord, records_from_row_event
 from airflow_cdc_provider.core.schema_changes import DROP, EVOLVE, RESYNC, TRUNCATE, SchemaChange
 from airflow_cdc_provider.core.shadow_tables import EMPTIED, OTHER, ShadowStatement
-from airflow_cdc_provider.source.ddl import dropped_database, mentions_captured, swapped_into, schema_changes
-from airflow_cdc_provider.source.online_schema_change import shadow_statements
 from airflow_cdc_provider.source.row_decoder import RowDecoder
 from airflow_cdc_provider.source.connection import SourceConnection, connect
 from airflow_cdc_provider.source.schema import TableSchema
@@ -186,6 +184,8 @@ class TableChangeReader:
             self._use_version(table, known)
             self.confirmed.add(table)
             return SchemaChange(EVOLVE, table, change.statement, change.detail, change.position)
+        from airflow_cdc_provider.source.ddl import swapped_into
+
         if table not in self.confirmed or swapped_into(change.statement, database, table) is not None:
             # the read started inside a batch whose earlier part may hold ALTERs of the table no one recorded
             # yet: those are recorded first, in order, so this one is built on the version really before it (and
@@ -232,7 +232,10 @@ class TableChangeReader:
         return changes
 
     def statement_changes(self, statement: str, database: str | None, file: str, start: int) -> list[SchemaChange]:
-        """The schema changes a QUERY event's statement makes to the captured tables (not yet covered)."""
+        """The schema changes a QUERY event's statement makes to the captured tables (not yet covered). The DDL
+        parser is imported at the first such statement: a stream's Python processes start without it."""
+        from airflow_cdc_provider.source.ddl import dropped_database, mentions_captured, schema_changes
+
         dropped = dropped_database(statement) if _DATABASE_WORDS.search(statement) else None
         if dropped is not None:
             changes = [SchemaChange(DROP, t, statement, f"database {dropped} dropped") for t in self.schemas
@@ -260,6 +263,8 @@ class TableChangeReader:
         """Keeps what the statement does to online schema change tools' shadow tables of the tables evolved in
         place (``source.online_schema_change``): their swap is applied as the shadow's ALTER. A shadow created
         where the table's snapshot does not hold every change yet may copy a definition the stream never had."""
+        from airflow_cdc_provider.source.online_schema_change import shadow_statements
+
         for note in shadow_statements(statement, database, lambda t: t in self.versions):
             if note.kind != OTHER and self.covered(note.original, file, start):
                 note = note.refused("created before the table's snapshot held every change")

@@ -131,9 +131,9 @@ class PacketReader:
         self.tables.clear()
         self.stream.table_map.clear()
 
-    def _table_map(self, packet: Any, table_id: int) -> TableId | None:
+    def _table_map(self, data: bytes, table_id: int) -> TableId | None:
         """A table id seen for the first time in this file: the library parses its TABLE_MAP (once)."""
-        event = replication.library_event(self.stream, packet)
+        event = replication.library_event(self.stream, replication.as_packet(self.stream, data))
         if event is None:  # a table the library's schema/table filters leave out
             return None
         table = TableId(event.schema, event.table)
@@ -147,13 +147,12 @@ class PacketReader:
         s = self.stream
         replication.connect(s)
         checksum = 4 if replication.uses_checksum(s) else 0
-        read, packet_bytes = replication.packet_reader(s), replication.packet_bytes
+        read = replication.packet_reader(s)
         seq = split_binlog_file(self.file)[1]
         while True:
-            packet = read()
-            if packet.is_eof_packet():
+            data = read()
+            if data is None:
                 return
-            data = packet_bytes(packet)
             if data[0] != 0:
                 continue
             timestamp, kind, _, size, next_pos, _ = _HEADER.unpack_from(data, 1)
@@ -165,7 +164,7 @@ class PacketReader:
                 continue
             if kind == BINLOG.FORMAT_DESCRIPTION_EVENT:
                 self._new_file()
-                event = replication.library_event(s, packet)
+                event = replication.library_event(s, replication.as_packet(s, data))
                 if event is not None:
                     s.mysql_version = event.mysql_version
                     self.post_header = event.post_header_len
@@ -178,7 +177,7 @@ class PacketReader:
             if kind == BINLOG.TABLE_MAP_EVENT:
                 table_id = _table_id(data)
                 if table_id not in self.tables:
-                    self.tables[table_id] = self._table_map(packet, table_id)
+                    self.tables[table_id] = self._table_map(data, table_id)
                 continue
             if kind == BINLOG.QUERY_EVENT:
                 statement = _statement(data, checksum)
@@ -214,7 +213,7 @@ class PacketReader:
                 continue
             records = self._compiled(data, kind, row_kind, table_id, table, next_pos - size, timestamp, checksum)
             if records is None:  # the library decodes it
-                event = replication.library_event(s, packet)
+                event = replication.library_event(s, replication.as_packet(s, data))
                 records = self.reader.records(event, self.file) if event is not None else ()
             yield from records
 

@@ -13,8 +13,8 @@ import zlib
 from decimal import Decimal
 
 import pytest
-from pymysqlreplication import BinLogStreamReader
 
+from airflow_cdc_provider.compat import replication
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.records import ChangeRecord
 from airflow_cdc_provider.core.schema_changes import SchemaChange
@@ -203,6 +203,27 @@ def test_compressed_row_events_of_a_captured_table_fail_the_read(mariadb, source
         list(read_changes_between(source_db.settings, 9302, start, end, schemas))
 
 
+def test_an_event_larger_than_one_packet_is_read_whole(mariadb, source_db):
+    """The server sends an event of 16 MiB or more in several packets; they are joined into the one event, and
+    the events after it are read too."""
+    source_db.execute("CREATE TABLE big (id INT PRIMARY KEY, b LONGBLOB, t VARCHAR(10))")
+    blob = random.Random(7).randbytes(17 * 2**20 + 11)
+    with source_db.connection() as conn:
+        schema = load_schema(conn, TableId(source_db.name, "big"))
+        start = current_offset(conn)
+        with global_setting(mariadb, "max_allowed_packet", 64 * 2**20):
+            with source_db.server.app_connection(source_db.name) as app, app.cursor() as cur:
+                cur.execute("INSERT INTO big VALUES (1, %s, 'after'), (2, NULL, 'small')", (blob,))
+                cur.execute("UPDATE big SET t = 'changed' WHERE id = 2")
+        end = current_offset(conn)
+    reader = TableChangeReader({schema.table: schema})
+    records = list(read_changes_between(source_db.settings, 9303, start, end, {schema.table: schema}, reader=reader))
+    assert [(r.op, r.key) for r in records] == [("c", (1,)), ("c", (2,)), ("u", (2,))]
+    assert records[0].after == {"id": 1, "b": blob, "t": "after"}
+    assert records[2].after == {"id": 2, "b": None, "t": "changed"}
+    assert reader.events == {"compiled": 3, "library": 0}  # the big row in an event of its own
+
+
 def as_mysql_v2(data: bytes, checksum: int) -> bytes:
     """A MariaDB V1 row event packet (OK byte + event) laid out as MySQL writes it, V2: the type + 7, and an
     extra-data block after the flags (its 2-byte length counts itself; a partition id here, as MySQL logs for
@@ -231,24 +252,21 @@ def test_mysql_v2_row_events_decode_by_the_compiled_plans(source_db, server_id, 
     as_written = list(read_changes_between(source_db.settings, server_id, start, end, tables))
 
     rewritten = []
-    connect = BinLogStreamReader._BinLogStreamReader__connect_to_stream
+    read_packets = replication.packet_reader
 
-    def connect_to_stream(stream):
-        connect(stream)
-        conn, read = stream._stream_connection, stream._stream_connection._read_packet
-        checksum = 4 if stream._BinLogStreamReader__use_checksum else 0
+    def packet_reader(stream):
+        read, checksum = read_packets(stream), 4 if replication.uses_checksum(stream) else 0
 
-        def read_packet(*args, **kwargs):
-            packet = read(*args, **kwargs)
-            data = packet._data
-            if len(data) > 20 and data[0] == 0 and data[5] in (23, 24, 25):
-                packet._data = as_mysql_v2(data, checksum)
-                rewritten.append(packet._data[5])
-            return packet
+        def read_as_v2():
+            data = read()
+            if data is not None and len(data) > 20 and data[0] == 0 and data[5] in (23, 24, 25):
+                data = as_mysql_v2(data, checksum)
+                rewritten.append(data[5])
+            return data
 
-        conn._read_packet = read_packet
+        return read_as_v2
 
-    monkeypatch.setattr(BinLogStreamReader, "_BinLogStreamReader__connect_to_stream", connect_to_stream)
+    monkeypatch.setattr(replication, "packet_reader", packet_reader)
     from_packet = []  # events the packet reader decoded from its own bytes, not from the library's event
     compiled = PacketReader._compiled
 
