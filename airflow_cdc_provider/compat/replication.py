@@ -2,8 +2,9 @@
 
 The packet reader (``binlog_packets.py``) and the compiled row decoder (``row_decoder.py``) read binlog packets
 themselves and hand the library only what is rare. Doing so needs what the library keeps private: its connect
-steps, its checksum setting, the 17 positional arguments of ``BinLogPacketWrapper``, the raw packet read of the
-replication connection and the read position inside a packet. None of that is a promise of the library; a
+steps, its checksum setting, the 17 positional arguments of ``BinLogPacketWrapper``, the replication
+connection's socket file and packet sequence number (read here as PyMySQL reads them) and the read position inside
+a packet. None of that is a promise of the library; a
 release may rename or reorder any of it, and a wrongly ordered argument would decode silently wrong.
 
 So every such name is used here and nowhere else, and ``check_supported`` refuses, before the first connection,

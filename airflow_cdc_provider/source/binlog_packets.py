@@ -3,16 +3,17 @@
 python-mysql-replication wraps every packet in a ``BinLogPacketWrapper`` and an event object before its
 filters look at it; with the rows decoded by compiled plans (``row_decoder.py``) that framing was about two
 thirds of the decode (cProfile, 60k sysbench changes: ten events per transaction, of which four carry rows).
-Here the replication connection's packets are read directly: the 19-byte header says the type and place of
-each event; GTID, XID and known TABLE_MAP events are passed by their header alone, and a row event of a
-captured table is decoded from its bytes by the table's plan. A QUERY event's statement is read from its bytes
-and classified only when it names a captured table (``TableChangeReader.statement_changes``).
+Here the replication connection's packets are read directly, as bytes (``replication.packet_reader``, without
+even PyMySQL's packet object): the 19-byte header says the type and place of each event; GTID, XID and known
+TABLE_MAP events are passed by their header alone, and a row event of a captured table is decoded from its bytes
+by the table's plan. A QUERY event's statement is read from its bytes and classified only when it names a
+captured table (``TableChangeReader.statement_changes``).
 
 The library still does what is rare or intricate: it opens the connection (checksum, MariaDB capabilities,
 ``COM_BINLOG_DUMP``), parses each FORMAT_DESCRIPTION and each new TABLE_MAP of a captured table (column
-types and FULL metadata), and decodes any row event the plan cannot (``TableChangeReader``'s fallback). The
-packet is handed to it untouched, exactly as its own loop would. What of the library is not public is reached
-through ``replication.py`` only.
+types and FULL metadata), and decodes any row event the plan cannot (``TableChangeReader``'s fallback). It gets
+the bytes as PyMySQL's packet, unread, exactly as its own loop would. What of the library is not public is
+reached through ``replication.py`` only.
 """
 
 from __future__ import annotations
