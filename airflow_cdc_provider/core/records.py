@@ -8,7 +8,8 @@ emit filter on its own.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Sequence
+from operator import itemgetter
+from typing import Any, Mapping, Sequence
 
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.keys import Key
@@ -40,6 +41,14 @@ def key_of(row: Mapping[str, Any], key_columns: Sequence[str]) -> Key:
     return tuple(row[c] for c in key_columns)
 
 
+def row_images(kind: str, rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The images of python-mysql-replication's row dicts (``values``, or ``before_values`` and ``after_values``)
+    in order, an update's before and after alternating, as the compiled decoder gives them."""
+    if kind == "update":
+        return [image for row in rows for image in (row["before_values"], row["after_values"])]
+    return [row["values"] for row in rows]
+
+
 def records_from_row_event(
     kind: str,
     table: TableId,
@@ -48,27 +57,44 @@ def records_from_row_event(
     file: str,
     event_start: int,
     ts_ms: int,
-) -> Iterator[ChangeRecord]:
+) -> list[ChangeRecord]:
     """Turn one decoded binlog row event into change records.
 
     ``kind`` is ``insert``/``update``/``delete``; ``rows`` are python-mysql-replication's row dicts
     (``values`` or ``before_values``/``after_values``), already converted to canonical values.
     """
-    for i, row in enumerate(rows):
+    return records_from_images(kind, table, key_columns, row_images(kind, rows), file, event_start, ts_ms)
+
+
+def records_from_images(
+    kind: str,
+    table: TableId,
+    key_columns: Sequence[str],
+    images: Sequence[Mapping[str, Any]],
+    file: str,
+    event_start: int,
+    ts_ms: int,
+) -> list[ChangeRecord]:
+    """``records_from_row_event`` of the event's row images (``row_images``). Every change the stream reads
+    passes here: one list, the keys taken by an ``itemgetter``."""
+    if kind not in ("insert", "delete", "update"):
+        raise ValueError(f"unknown row event kind {kind!r}")
+    get = itemgetter(*key_columns)
+    key = get if len(key_columns) > 1 else (lambda image: (get(image),))  # a key is a tuple, even of one column
+    if kind == "insert":
+        return [ChangeRecord(OP_CREATE, table, key(image), None, image, EventPosition(file, event_start, i), ts_ms)
+                for i, image in enumerate(images)]
+    if kind == "delete":
+        return [ChangeRecord(OP_DELETE, table, key(image), image, None, EventPosition(file, event_start, i), ts_ms)
+                for i, image in enumerate(images)]
+    out = []
+    for i in range(len(images) // 2):
+        before, after = images[2 * i], images[2 * i + 1]
         pos = EventPosition(file, event_start, i)
-        if kind == "insert":
-            after = row["values"]
-            yield ChangeRecord(OP_CREATE, table, key_of(after, key_columns), None, after, pos, ts_ms)
-        elif kind == "delete":
-            before = row["values"]
-            yield ChangeRecord(OP_DELETE, table, key_of(before, key_columns), before, None, pos, ts_ms)
-        elif kind == "update":
-            before, after = row["before_values"], row["after_values"]
-            old_key, new_key = key_of(before, key_columns), key_of(after, key_columns)
-            if old_key == new_key:
-                yield ChangeRecord(OP_UPDATE, table, new_key, before, after, pos, ts_ms)
-            else:
-                yield ChangeRecord(OP_DELETE, table, old_key, before, None, pos, ts_ms)
-                yield ChangeRecord(OP_CREATE, table, new_key, None, after, pos, ts_ms)
+        old_key, new_key = key(before), key(after)
+        if old_key == new_key:
+            out.append(ChangeRecord(OP_UPDATE, table, new_key, before, after, pos, ts_ms))
         else:
-            raise ValueError(f"unknown row event kind {kind!r}")
+            out.append(ChangeRecord(OP_DELETE, table, old_key, before, None, pos, ts_ms))
+            out.append(ChangeRecord(OP_CREATE, table, new_key, None, after, pos, ts_ms))
+    return out

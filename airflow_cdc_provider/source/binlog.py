@@ -36,7 +36,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from airflow_cdc_provider.compat import replication
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.offsets import BinlogOffset, EventPosition, split_binlog_file
-from airflow_cdc_provider.core.records import ChangeRecord, records_from_row_event
+from airflow_cdc_provider.core.records import ChangeRecord, records_from_images, row_images
 from airflow_cdc_provider.core.schema_changes import DROP, EVOLVE, RESYNC, TRUNCATE, SchemaChange
 from airflow_cdc_provider.core.shadow_tables import EMPTIED, OTHER, ShadowStatement
 from airflow_cdc_provider.source.row_decoder import RowDecoder
@@ -284,27 +284,23 @@ class TableChangeReader:
                           ts_ms: int) -> Iterator[ChangeRecord]:
         """The records of a row event decoded by its plan (an update's images alternate before, after)."""
         self.events["compiled"] += 1
-        if kind == "update":
-            rows = [{"before_values": b, "after_values": a} for b, a in zip(images[::2], images[1::2], strict=True)]
-        else:
-            rows = [{"values": v} for v in images]
-        return records_from_row_event(kind, table, self.schemas[table].key_columns, self._upcast(table, rows), file,
-                                      start, ts_ms)
+        if kind == "update" and len(images) % 2:
+            raise ValueError(f"{file}:{start}: an update row event of {table} with an odd number of row images")
+        return records_from_images(kind, table, self.schemas[table].key_columns, self._upcast(table, images), file,
+                                   start, ts_ms)
 
-    def _upcast(self, table: TableId, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Rows decoded with an older version than the stream's newest, as the newest holds them."""
+    def _upcast(self, table: TableId, images: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Row images decoded with an older version than the stream's newest, as the newest holds them."""
         chain = self.newest.get(table)
         if chain is None:
-            return rows
+            return images
         since = self.versions[table].number
         plan = self._origins.get((table, since, len(chain)))
         if plan is None:
             plan = self._origins[(table, since, len(chain))] = list(origins(chain, since).items())
 
-        def carried(image):
-            return None if image is None else {n: image.get(s) if k == "column" else s for n, (k, s) in plan}
-
-        return [{k: carried(v) if k.endswith("values") else v for k, v in row.items()} for row in rows]
+        return [None if image is None else {n: image.get(s) if k == "column" else s for n, (k, s) in plan}
+                for image in images]
 
     def _rows(self, kind: str, event: Any, table: TableId) -> list[dict[str, Any]]:
         canon = self._canon[table]
@@ -347,10 +343,9 @@ class TableChangeReader:
             yield from self.records_of_images(kind, table, decoder.images(event), file, event_start(event),
                                               int(event.timestamp) * 1000)
             return
-        yield from records_from_row_event(
-            kind, table, schema.key_columns, self._upcast(table, self._rows(kind, event, table)), file,
-            event_start(event), int(event.timestamp) * 1000,
-        )
+        images = row_images(kind, self._rows(kind, event, table))
+        yield from records_from_images(kind, table, schema.key_columns, self._upcast(table, images), file,
+                                       event_start(event), int(event.timestamp) * 1000)
 
 
 class DefinitionsChanged(RuntimeError):
