@@ -64,7 +64,8 @@ class SchemaChange:
     def describe(self) -> str:
         where = f" at {self.position.file}:{self.position.pos}" if self.position else ""
         what = f" ({self.detail})" if self.detail else ""
-        return f"{self.kind} of {self.table}{what}{where}: {shorten(self.statement)}"
+        said = f": {shorten(self.statement)}" if self.statement else ""  # a table map's difference has no statement
+        return f"{self.kind} of {self.table}{what}{where}{said}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "table": str(self.table), "statement": self.statement, "detail": self.detail,

@@ -56,8 +56,14 @@ def definition_difference(table_columns: Sequence[Any], schema: TableSchema) -> 
             return f"column {known_column.name}: {why}"
     if any(getattr(c, "is_primary", False) for c in table_columns):  # FULL metadata names the primary key
         key = [c.name for c in table_columns if c.is_primary]
-        if sorted(key) != sorted(schema.primary_key):
-            return f"primary key ({', '.join(key)}), not ({', '.join(schema.primary_key)})"
+        if schema.primary_key:
+            if sorted(key) != sorted(schema.primary_key):
+                return f"primary key ({', '.join(key)}), not ({', '.join(schema.primary_key)})"
+        elif any(schema.column(name).nullable for name in key):
+            # A table without a PRIMARY KEY: the server names its first unique key of NOT NULL columns as its
+            # primary key, which no constraint records; a key over a column the definition has as nullable
+            # cannot be that one, so a primary key was added since.
+            return f"primary key ({', '.join(key)}), not none"
     return None
 
 

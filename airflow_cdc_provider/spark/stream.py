@@ -119,6 +119,7 @@ class BatchWriter:
         self.image_columns = image_columns
         self.faults = FaultSwitch(spec.fault)
         self.state_path = spec.state_path
+        self.dag_id = spec.pipeline
         self.publish = publish
         carried = carried or EMPTY_TOTALS  # a reloaded stream goes on counting where its predecessor stopped
         self.rows_emitted = int(carried["rows_emitted"])
@@ -189,8 +190,8 @@ class BatchWriter:
                             change.describe())
             elif change.kind == RESYNC:
                 log.warning("%s: its changes from here on are held until the table is re-snapshotted, which the "
-                            "next run of the pipeline does (or now: airflow dags trigger <dag_id> -c "
-                            "'{\"resnapshot\": [\"%s\"]}')", change.describe(), change.table)
+                            "next run of the pipeline does (or now: airflow dags trigger %s -c "
+                            "'{\"resnapshot\": [\"%s\"]}')", change.describe(), self.dag_id, change.table)
             else:
                 log.warning("%s: applied in the sink", change.describe())
             self._sink.apply_schema_change(change, self.types[str(change.table)])

@@ -211,3 +211,29 @@ def test_a_statement_is_read_in_the_character_set_of_the_session_that_ran_it(sou
     db.execute("INSERT INTO `café` VALUES (9, 'new')")
     got = read(db, start, offset(db), [known], server_id)
     assert [r.kind if isinstance(r, SchemaChange) else (r.op, r.key) for r in got] == ["truncate", ("c", (9,))]
+
+
+@pytest.mark.parametrize("keys", ["UNIQUE KEY uid (id)", "UNIQUE KEY ucode (code), UNIQUE KEY uid (id)"])
+def test_a_table_without_a_primary_key_streams_by_its_chunk_key(source_db, server_id, keys):
+    """Without a PRIMARY KEY the server names its first unique key of NOT NULL columns as the table's primary
+    key in each table map; that is not a changed definition, whichever unique key is the chunk key."""
+    db = source_db
+    db.execute(f"CREATE TABLE t (id INT NOT NULL, code CHAR(3) NOT NULL, v INT, {keys})")
+    db.execute("INSERT INTO t VALUES (1, 'a', 10), (2, 'b', 20)")
+    with db.connection() as conn:
+        known = load_schema(conn, TableId(db.name, "t"), "id")
+    assert known.primary_key == () and known.key_columns == ("id",)
+    start = offset(db)
+    db.execute("INSERT INTO t VALUES (3, 'c', 30)")
+    db.execute("UPDATE t SET v = 21 WHERE id = 2")
+    db.execute("DELETE FROM t WHERE id = 1")
+    stop = offset(db)
+    for compiled in (True, False):
+        got = read(db, start, stop, [known], server_id, compiled=compiled)
+        assert [(r.op, r.key) for r in got] == [("c", (3,)), ("u", (2,)), ("d", (1,))], got
+    # a primary key added since, over a column the definition has as nullable, is a changed definition
+    db.execute("ALTER TABLE t MODIFY v INT NOT NULL, ADD PRIMARY KEY (v)")
+    db.execute("INSERT INTO t VALUES (4, 'd', 40)")
+    end = offset(db)
+    got = read(db, offset_after_statement(db, stop, end), end, [known], server_id)
+    assert [r.kind for r in got] == ["resync"] and "primary key (v), not none" in got[0].detail, got

@@ -50,11 +50,12 @@ class Pipeline:
     """One pipeline over tables of a test database: snapshot jobs, collect, stream jobs."""
 
     def __init__(self, source_db, tmp: Path, sink: SinkConfig, tables: list[str], postgres=None,
-                 chunk_size: int = 1000) -> None:
+                 chunk_size: int = 1000, chunk_keys: dict[str, str] | None = None) -> None:
         self.db = source_db
         self.tmp = tmp
         self.sink = sink
         self.tables = [source_db.table(t) for t in tables]
+        self.chunk_keys = {source_db.table(t): k for t, k in (chunk_keys or {}).items()}  # source.chunk_key
         self.chunk_size = chunk_size
         self.state = StateStore(tmp / "state")
         self.secrets = {"source_password": source_db.settings.password}
@@ -63,11 +64,11 @@ class Pipeline:
         self.planned: dict[str, TablePlan] = {}
 
     def spec(self, **kw: Any) -> JobSpec:
-        return JobSpec(pipeline="test", source=self.db.settings, tables={t: None for t in self.tables},
+        return JobSpec(pipeline="test", source=self.db.settings, tables={t: self.chunk_keys.get(t) for t in self.tables},
                        sink=self.sink, state_path=self.state.uri, server_id=next(_server_ids), **kw)
 
     def plan(self) -> list[Chunk]:
-        plan = plan_chunks(self.db.settings, self.tables, SplitOptions(self.chunk_size))
+        plan = plan_chunks(self.db.settings, self.tables, SplitOptions(self.chunk_size), self.chunk_keys)
         epoch = int(time.time() * 1000)
         chunks = [replace(c, epoch=epoch) for c in plan.chunks]
         self.planned = {t: TablePlan(epoch, sum(1 for c in chunks if str(c.table) == t)) for t in self.tables}
@@ -150,10 +151,11 @@ def normalize(v: Any) -> Any:
     return v
 
 
-def source_rows(source_db, table: str) -> dict[tuple, tuple]:
-    """The source table through pymysql + the canonical/sink conversion (no Spark involved)."""
+def source_rows(source_db, table: str, chunk_key: str | None = None) -> dict[tuple, tuple]:
+    """The source table through pymysql + the canonical/sink conversion (no Spark involved), by its primary key
+    or ``chunk_key``."""
     with source_db.connection() as conn:
-        schema = load_schema(conn, TableId.parse(source_db.table(table)))
+        schema = load_schema(conn, TableId.parse(source_db.table(table)), chunk_key)
         canon, types = RowCanonicalizer(schema), TableSinkTypes.of(schema)
         with conn.cursor() as cur:
             # a FLOAT as a DOUBLE: the server prints a FLOAT to 6 significant digits
@@ -165,9 +167,9 @@ def source_rows(source_db, table: str) -> dict[tuple, tuple]:
     return {tuple(normalize(r[i]) for i in idx): tuple(normalize(v) for v in r) for r in rows}
 
 
-def table_types(source_db, table: str) -> TableSinkTypes:
+def table_types(source_db, table: str, chunk_key: str | None = None) -> TableSinkTypes:
     with source_db.connection() as conn:
-        return TableSinkTypes.of(load_schema(conn, TableId.parse(source_db.table(table))))
+        return TableSinkTypes.of(load_schema(conn, TableId.parse(source_db.table(table)), chunk_key))
 
 
 def sink_rows(spark, sink_cfg: SinkConfig, secrets: dict, types: TableSinkTypes) -> dict[tuple, tuple]:
