@@ -21,7 +21,7 @@ DISTRIBUTION = "apache-airflow-providers-apache-spark"
 SUPPORTED = ">=6.3,<7"  # as setup.cfg's install_requires
 INSTALL = f"pip install '{DISTRIBUTION}{SUPPORTED}'"
 # attributes the hook's / operator's __init__ sets (read or written here), and methods called here
-_HOOK_ATTRIBUTES = ("_connection", "_env", "_driver_id")
+_HOOK_ATTRIBUTES = ("_connection", "_env", "_driver_id", "_conn_id")
 _HOOK_METHODS = ("_build_spark_submit_command", "submit")
 _OPERATOR_ATTRIBUTES = ("_hook", "_java_class", "_spark_binary")
 _OPERATOR_METHODS = ("_get_hook", "execute")
@@ -67,9 +67,27 @@ def check_supported() -> None:
 
 
 def new_submit_hook(operator: Any) -> Any:
-    """A ``SparkSubmitHook`` built from the operator's arguments, as its ``execute`` would build it."""
+    """A ``SparkSubmitHook`` built from the operator's arguments, as its ``execute`` would build it; an operator
+    whose ``embedded_master`` is set runs there when its Spark connection does not exist (the hook would send the
+    job to YARN)."""
     check_supported()
-    return operator._get_hook()
+    hook = operator._get_hook()
+    master = getattr(operator, "embedded_master", None)
+    if master and not _connection_exists(hook):
+        hook._connection["master"] = master
+        hook.log.info("no Airflow connection %r: Spark runs embedded, master %s (create the connection to use a "
+                      "cluster)", hook._conn_id, master)
+    return hook
+
+
+def _connection_exists(hook: Any) -> bool:
+    from airflow.exceptions import AirflowException
+
+    try:
+        hook.get_connection(hook._conn_id)
+    except AirflowException:  # what the hook itself takes for a missing connection
+        return False
+    return True
 
 
 def use_submit_hook(operator: Any, process_env: dict[str, str] | None = None) -> Any:

@@ -50,6 +50,7 @@ THROUGHPUT_GC = "-XX:+IgnoreUnrecognizedVMOptions -XX:+UseParallelGC"
 # A chunk job's JVM reads and writes every row itself, and a large window gains from C2 (docs/performance.md).
 CLIENT_JIT = "-XX:TieredStopAtLevel=1"
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+EMBEDDED_MASTER = "local[*]"  # where the jobs run without a Spark connection
 
 
 def chooses_gc(java_options: str) -> bool:
@@ -112,6 +113,8 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
     def __init__(self, *, class_archive: bool = True, connect_conn_id: str | None = None, **kwargs: Any) -> None:
         chosen = kwargs.get("env_vars") or {}
         self._python_chosen = "PYSPARK_PYTHON" in chosen or "PYSPARK_DRIVER_PYTHON" in chosen
+        # no conn_id given and no spark_default connection: Spark embedded, not the provider's YARN
+        self.embedded_master = None if kwargs.get("conn_id") else EMBEDDED_MASTER
         super().__init__(application=application_path(self.job), **spark_submit_defaults(kwargs))
         self.class_archive = class_archive
         self._process_env: dict[str, str] = {}

@@ -74,3 +74,14 @@ def test_the_users_choice_wins(make, use, _, theirs):
 def test_only_batch_jobs_ask_for_the_throughput_collector_and_only_the_stream_for_the_client_compiler():
     assert SnapshotChunkOperator.batch_job and not BinlogStreamOperator.batch_job
     assert BinlogStreamOperator.client_jit and not SnapshotChunkOperator.client_jit
+
+
+def test_without_a_spark_connection_the_jobs_run_embedded_not_on_yarn(monkeypatch):
+    """No ``spark_default`` connection and no ``spark.conn_id``: Spark runs on this machine (``local[*]``), where
+    the provider's own default would send the job to YARN; a connection that exists decides."""
+    monkeypatch.delenv("AIRFLOW_CONN_SPARK_DEFAULT", raising=False)
+    assert chunk_operator().spark_target().master == "local[*]"
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "spark://h:7077"}')
+    assert chunk_operator().spark_target().master == "spark://h:7077"
+    monkeypatch.setenv("AIRFLOW_CONN_MY_SPARK", '{"conn_type": "spark", "host": "local[2]"}')
+    assert stream_operator(conn_id="my_spark").spark_target().master == "local[2]"
