@@ -118,7 +118,10 @@ def resolve_pipeline(cfg: PipelineConfig) -> Pipeline:
         except ConnectionConfigError as exc:
             raise ConfigError(f"{cfg.where}: {exc}") from None
         source = replace(source, server_id_range=ids)
-    sink, sink_secrets = sink_class(cfg.sink.type).resolve(cfg.sink, data_home() / cfg.dag_id)
+    try:
+        sink, sink_secrets = sink_class(cfg.sink.type).resolve(cfg.sink, data_home() / cfg.dag_id)
+    except ConnectionConfigError as exc:  # the jdbc sink's connection
+        raise ConfigError(f"{cfg.where}: sink.conn_id: {exc}") from None
     return Pipeline(cfg, source, sink, {"source_password": source.password, **sink_secrets}, resolve_state(cfg))
 
 

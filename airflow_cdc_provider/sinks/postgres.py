@@ -522,6 +522,32 @@ class PostgresSink(Sink):
         c = self.config.conn
         return f"jdbc sink {c.get('host')}:{c.get('port')}/{c.get('schema')} schema {self.config.schema}"
 
+    def check_writable(self) -> list[str]:
+        """The sink's connection opens, and its user may create the mirror tables in ``sink.schema`` (or create
+        that schema): found at validation, not in the first chunk task's Spark job."""
+        try:
+            with self.mirror.cursor() as cur:
+                cur.execute("SELECT current_user, current_database(), "
+                            "EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %s), "
+                            "has_database_privilege(current_database(), 'CREATE')", (self.config.schema,))
+                user, database, exists, create_schema = cur.fetchone()
+                if exists:
+                    cur.execute("SELECT has_schema_privilege(%s, 'CREATE') AND has_schema_privilege(%s, 'USAGE')",
+                                (self.config.schema, self.config.schema))
+                    allowed = cur.fetchone()[0]
+        except SinkError as exc:
+            return [f"sink.conn_id: {exc}"]
+        schema = pg_ident(self.config.schema)
+        if exists and not allowed:
+            return [f"sink.schema: user {user} cannot create tables in schema {self.config.schema} of database "
+                    f"{database}: GRANT USAGE, CREATE ON SCHEMA {schema} TO {pg_ident(user)}, or name another "
+                    "sink.schema"]
+        if not exists and not create_schema:
+            return [f"sink.schema: schema {self.config.schema} does not exist in database {database} and user {user} "
+                    f"cannot create it: CREATE SCHEMA {schema} AUTHORIZATION {pg_ident(user)}, or GRANT CREATE ON "
+                    f"DATABASE {pg_ident(database)} TO {pg_ident(user)}"]
+        return []
+
     def finish_snapshot(self, table: str, epoch: int, min_low_watermark: Version,
                         emptied_after: tuple = ()) -> None:
         """Rows older than the snapshot are gone; so are rows older than a truncate or drop the stream applied

@@ -120,3 +120,9 @@ def test_a_jdbc_sinks_login_or_connection_id_may_change_its_database_or_schema_m
     assert sink_moved(pipeline(env, state + "sink: {type: jdbc, conn_id: pg2, schema: cdc2}\n"))
     monkeypatch.setenv("AIRFLOW_CONN_PG3", "postgresql://writer:pw@pg.example:5433/lake")
     assert sink_moved(pipeline(env, state + "sink: {type: jdbc, conn_id: pg3, schema: cdc}\n"))
+
+
+def test_an_unknown_jdbc_sink_connection_is_named_under_sink_conn_id(env):
+    with pytest.raises(ConfigError, match=r"shop\.yaml: sink\.conn_id: unknown connection 'nope'.*AIRFLOW_CONN_NOPE="
+                                          r"'postgresql://"):
+        pipeline(env, "sink: {type: jdbc, conn_id: nope}\n")
