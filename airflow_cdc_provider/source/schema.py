@@ -187,7 +187,10 @@ def _unknown_table_message(name: str, available: Iterable[TableId]) -> str:
             + (f" (did you mean database {hint[0]!r}?)" if hint else "")
         )
     hint = difflib.get_close_matches(name, [str(t) for t in available], n=1)
-    return f"unknown table {name!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "") + "; check source.tables"
+    table = TableId.parse(name)
+    return (f"unknown table {name!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "") + ": it does not exist, or "
+            f"the connection's user cannot see it (GRANT SELECT ON `{table.database}`.`{table.table}` TO that user); "
+            "check source.tables")
 
 
 def load_schema(conn: Any, table: TableId, chunk_key: str | Sequence[str] | None = None) -> TableSchema:

@@ -114,7 +114,22 @@ def test_table_the_user_cannot_see(mariadb, source_db, table_t):
 
 def test_unknown_table_suggests_the_close_name(source_db, table_t):
     found = problems(source_db.settings, [source_db.table("tt")])
-    assert found == [f"unknown table '{source_db.table('tt')}' (did you mean '{table_t}'?); check source.tables"]
+    assert found == [f"unknown table '{source_db.table('tt')}' (did you mean '{table_t}'?): it does not exist, or the "
+                     f"connection's user cannot see it (GRANT SELECT ON `{source_db.name}`.`tt` TO that user); check "
+                     "source.tables"]
+
+
+def test_a_table_the_user_may_not_select_is_named_with_the_grant(mariadb, source_db, table_t):
+    """A user who may read one table of the database sees the others as missing: the message gives the grant."""
+    source_db.execute("CREATE TABLE t2 (id INT PRIMARY KEY)")
+    with temporary_user(mariadb, "partial", "REPLICATION SLAVE, REPLICATION CLIENT") as partial:
+        with contextlib.closing(mariadb.root_connection()) as c, c.cursor() as cur:
+            for host in ("localhost", "127.0.0.1"):
+                cur.execute(f"GRANT SELECT ON `{source_db.name}`.`t2` TO 'partial'@'{host}'")
+        found = problems(partial, [table_t, source_db.table("t2")])
+    assert found == [f"unknown table '{table_t}' (did you mean '{source_db.table('t2')}'?): it does not exist, or the "
+                     f"connection's user cannot see it (GRANT SELECT ON `{source_db.name}`.`t` TO that user); check "
+                     "source.tables"]
 
 
 def test_unknown_database(source_db, table_t):
