@@ -103,6 +103,31 @@ class _Check:
         return core_schema.no_info_after_validator_function(check, handler(source))
 
 
+# the schedules Airflow takes as a string besides cron expressions (its timetables and croniter's presets)
+SCHEDULE_PRESETS = frozenset(("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly",
+                              "@yearly", "@annually", "@midnight"))
+_DAG_ID = re.compile(r"[\w.-]{1,250}", re.ASCII)  # Airflow's rule for a DAG id
+
+
+def schedule_problem(schedule: str | None) -> str | None:
+    """What Airflow would refuse when it loads the DAG: a schedule that is no preset and no cron expression."""
+    if schedule is None or schedule in SCHEDULE_PRESETS:
+        return None
+    from croniter import croniter
+
+    if croniter.is_valid(schedule):
+        return None
+    return (f"{schedule!r} is not an Airflow schedule: a cron expression ('0 * * * *'), a preset "
+            f"({', '.join(sorted(SCHEDULE_PRESETS))}) or null for runs only when triggered")
+
+
+def _dag_id_problem(dag_id: str) -> str | None:
+    if _DAG_ID.fullmatch(dag_id):
+        return None
+    return (f"{dag_id!r} is not an Airflow DAG id: letters, digits, '_', '-' and '.', at most 250 (e.g. "
+            f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', dag_id)[:250].strip('_') or 'shop_cdc'!r})")
+
+
 def _table_name_problem(name: str) -> str | None:
     return None if "." in name else "must be a table name 'db.table'"
 
@@ -329,9 +354,9 @@ def _document(sinks: tuple[tuple[str, type], ...]) -> tuple[Any, Any]:
 
     sink = Annotated[Union[tuple(Annotated[s, Tag(name)] for name, s in sinks)], Discriminator(_sink_type)]
     document = TypedDict("Pipeline", {
-        "dag_id": Str,
+        "dag_id": Annotated[Str, _Check(_dag_id_problem)],
         "description": Str,
-        "schedule": Str | None,
+        "schedule": Annotated[Str | None, _Check(schedule_problem)],
         "tags": list[Str],
         "default_args": dict[Str, Any],
         "source": Required[SourceConfig],
@@ -478,6 +503,9 @@ def parse_config(doc: Mapping[str, Any], path: Path | None = None) -> PipelineCo
         lines = dict.fromkeys(where + _message(e, root) for e in exc.errors(include_url=False))
         raise ConfigError("\n".join(lines)) from None
     dag_id = values.pop("dag_id", None) or (path.stem if path else "cdc_pipeline")
+    problem = _dag_id_problem(dag_id)
+    if problem:  # a DAG id taken from the file's name
+        raise ConfigError(f"{where}dag_id: {problem}; name the file so or set dag_id")
     values.setdefault("sink", dict(sinks)["parquet"]())
     return PipelineConfig(path, dag_id, **values)
 
@@ -506,7 +534,7 @@ _DESCRIPTIONS: dict[str, dict[str, str]] = {
     "Pipeline": {
         "dag_id": "The DAG id; default: the file name without .yaml.",
         "description": "The DAG's description.",
-        "schedule": "Any Airflow schedule (cron, preset, timedelta string), or null for manual runs.",
+        "schedule": "A cron expression or an Airflow preset (@hourly, @daily, @continuous, ...), or null for manual runs.",
         "tags": "The DAG's tags; default: [cdc].",
         "default_args": "Passed to the DAG as default_args.",
         "source": "The MySQL/MariaDB source and the tables to capture.",

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 import annotated_types
 
-from airflow_cdc_provider.pipeline.config import Bool, PositiveInt, Str, _Check, _Strict
+from airflow_cdc_provider.pipeline.config import Bool, PositiveInt, Str, _Check, _Strict, schedule_problem
 
 # Delta's default ``delta.deletedFileRetentionDuration``: the shortest retention delta-rs accepts with its check on
 MIN_RETENTION_HOURS = 168
@@ -17,7 +17,8 @@ class DeltaMaintenanceSettings:
     """``sink.maintenance`` of a delta pipeline: what the maintenance DAG (and ``airflow-cdc maintain``) does."""
 
     __pydantic_config__ = {"extra": "forbid"}
-    schedule: Str | None = "@daily"  # the maintenance DAG's Airflow schedule; null: only when triggered
+    # the maintenance DAG's Airflow schedule; null: only when triggered
+    schedule: Annotated[Str | None, _Check(schedule_problem)] = "@daily"
     compact: Bool = True  # OPTIMIZE: rewrite small files into large ones
     z_order: Bool = False  # cluster each table's files by its key (a z-order) instead of a plain compaction
     target_file_size: PositiveInt | None = None  # bytes; default: the table's delta.targetFileSize, else 100 MB

@@ -310,3 +310,31 @@ def test_json_schema_knows_the_delta_maintenance_section():
     assert validator.is_valid({"source": source, "sink": sink})
     assert not validator.is_valid({"source": source, "sink": {**sink, "maintenance": {"vacum": 1}}})
     assert not validator.is_valid({"source": source, "sink": {"type": "parquet", "maintenance": {}}})
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("dag_id: 'bad id!'\n", "dag_id: 'bad id!' is not an Airflow DAG id: letters, digits, '_', '-' and '.', at most "
+                            "250 (e.g. 'bad_id')"),
+    ('schedule: "every hour"\n', "schedule: 'every hour' is not an Airflow schedule: a cron expression ('0 * * * *'), "
+                                 "a preset (@annually, @continuous, @daily, @hourly, @midnight, @monthly, @once, "
+                                 "@quarterly, @weekly, @yearly) or null for runs only when triggered"),
+    ('sink: {type: delta, maintenance: {schedule: "61 * * * *"}}\n', "sink.maintenance.schedule: '61 * * * *' "
+                                                               "is not an Airflow schedule"),
+])
+def test_what_airflow_would_refuse_when_it_loads_the_dag_is_refused_here(tmp_path, text, problem):
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, GOOD + text))
+    assert problem in str(err.value)
+
+
+@pytest.mark.parametrize("schedule", ["@hourly", "@continuous", "@once", "*/5 * * * *", "0 3 * * 1-5", None])
+def test_airflow_schedules_pass(tmp_path, schedule):
+    text = GOOD + ("schedule: null\n" if schedule is None else f"schedule: '{schedule}'\n")
+    assert load_config(write(tmp_path, text)).schedule == schedule
+
+
+def test_a_dag_id_from_a_file_name_airflow_refuses_says_so(tmp_path):
+    path = tmp_path / "my shop.yaml"
+    path.write_text(GOOD)
+    with pytest.raises(ConfigError, match=r"my shop.yaml: dag_id: 'my shop' is not an Airflow DAG id.*set dag_id"):
+        load_config(path)
