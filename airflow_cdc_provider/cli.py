@@ -55,10 +55,12 @@ def _print_plan(plan: ChunkPlan, title: str) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from airflow_cdc_provider.dag_factory import check_default_args
     from airflow_cdc_provider.pipeline.connections import resolve_mysql
 
     try:
         cfg = load_config(args.config)
+        check_default_args(cfg)
     except ConfigError as exc:
         return _fail(str(exc).splitlines())
     where = f"{args.config}: source"

@@ -55,6 +55,27 @@ def _default_args(cfg: PipelineConfig) -> dict[str, Any]:
     return args
 
 
+def check_default_args(cfg: PipelineConfig) -> None:
+    """``default_args`` as Airflow takes them: every key an operator argument, every value of its type. Airflow
+    ignores an unknown key (a typo of ``retries`` gives no retries) and fails the whole DAG file on a wrong type."""
+    import difflib
+    import inspect
+
+    from airflow.sdk import BaseOperator
+    from airflow.providers.standard.operators.empty import EmptyOperator
+
+    known = [n for n in inspect.signature(BaseOperator.__init__).parameters if n not in ("self", "kwargs")]
+    for key in cfg.default_args:
+        if key not in known:
+            hint = difflib.get_close_matches(key, known, n=1)
+            raise ConfigError(f"{cfg.where}: default_args.{key}: not an operator argument Airflow knows"
+                              + (f" (did you mean {hint[0]!r}?)" if hint else ""))
+    try:
+        EmptyOperator(task_id="check_default_args", **_default_args(cfg))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{cfg.where}: default_args: {exc}") from None
+
+
 def doc_md(cfg: PipelineConfig) -> str:
     sink = cfg.sink
     return (
@@ -186,6 +207,7 @@ def _load(folder: str | Path | None, build: bool = True) -> tuple[dict[str, Any]
     for path in sorted([*d.glob("*.yaml"), *d.glob("*.yml")]):
         try:
             cfg = load_config(path)
+            check_default_args(cfg)
             built = pipeline_dags(path, cfg) if build else dict.fromkeys(_dag_ids(cfg))
         except ConfigError as exc:
             errors.append(str(exc))

@@ -32,16 +32,21 @@ def test_dagbag_reports_a_broken_pipeline_without_hiding_the_others(airflow_home
     env, dags, pipelines = airflow_home
     write_pipeline(pipelines, source_db, tmp_path)
     (pipelines / "typo.yaml").write_text("dag_id: typo_cdc\nsource:\n  conn_id: src\n  tabels: [a.b]\n")
+    # what Airflow itself would refuse or ignore, found by the error reporter too (it builds no DAG)
+    (pipelines / "args.yaml").write_text("source: {conn_id: src, tables: [a.b]}\ndefault_args: {retires: 3}\n")
     out = run_dag(env, dags, "--import-only")
     assert out["dags"] == ["shop_cdc"], out
     assert list(out["import_errors"]) == [str(dags / "cdc_pipeline_errors.py")], out["import_errors"]
     error = out["import_errors"][str(dags / "cdc_pipeline_errors.py")]
-    assert "1 pipeline file(s) not loaded" in error and "typo.yaml" in error and "tabels" in error, error
+    assert "2 pipeline file(s) not loaded" in error and "typo.yaml" in error and "tabels" in error, error
+    assert "args.yaml: default_args.retires: not an operator argument Airflow knows (did you mean 'retries'?)" \
+        in error, error
     assert "shop_cdc" not in error and str(pipelines / "shop_cdc.yaml") not in error
 
     (pipelines / "typo.yaml").write_text((pipelines / "typo.yaml").read_text().replace("tabels", "tables"))
-    out = run_dag(env, dags, "--import-only")  # fixed: the error is gone and the pipeline loads
-    assert out["import_errors"] == {} and sorted(out["dags"]) == ["shop_cdc", "typo_cdc"], out
+    (pipelines / "args.yaml").write_text((pipelines / "args.yaml").read_text().replace("retires", "retries"))
+    out = run_dag(env, dags, "--import-only")  # fixed: the errors are gone and the pipelines load
+    assert out["import_errors"] == {} and sorted(out["dags"]) == ["args", "shop_cdc", "typo_cdc"], out
 
 
 def test_snapshot_then_stream_then_resume_then_resnapshot(airflow_home, source_db, tmp_path, spark):
