@@ -125,14 +125,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return _fail([f"{args.config}: source: {p}" for p in exc.problems])
     except (ConfigError, ConnectionConfigError, SourceError, ValueError, RuntimeError) as exc:
         return _fail(str(exc).splitlines())
+    selected = [s for s in plan.schemas if not args.table or str(s.table) == args.table]
+    waiting = not_snapshotted(pipeline, [str(s.table) for s in selected])
+    if len(waiting) == len(selected):
+        return _fail([f"{args.config}: {name}: {why}" for name, why in waiting.items()])
     spark = spark_session("airflow-cdc verify", master=args.master)
     verdicts = []
     seed = pipeline.state.read_seed()
     try:
         sink = pipeline.open_sink(spark)
-        for schema in plan.schemas:
+        for schema in selected:
             name = str(schema.table)
-            if args.table and name != args.table:
+            if name in waiting:
                 continue
             ranges = [(c.start, c.end) for c in plan.chunks if c.table == schema.table]
             epoch = seed.tables[name].epoch if seed and name in seed.tables else 0
@@ -142,18 +146,20 @@ def cmd_verify(args: argparse.Namespace) -> int:
                                          behaviour=cfg.stream.schema_changes_for(name)))
     finally:
         stop_session(spark)
-    equal = all(v.equal for v in verdicts)
+    equal = all(v.equal for v in verdicts) and not waiting
     dropped = dropped_tables(pipeline.state)
     gone = {name: dropped[name].describe() if name in dropped else "the stream has not reached its drop yet"
             for name in plan.validation.gone}
     if args.json:
         json.dump({"dag_id": cfg.dag_id, "equal": equal, "tables": [v.to_dict() for v in verdicts],
-                   "dropped": gone}, sys.stdout, indent=2)
+                   "dropped": gone, "not_snapshotted": waiting}, sys.stdout, indent=2)
         print()
     else:
         print(f"Verify {cfg.dag_id}: source {pipeline.source.describe()} vs {sink.describe()}")
         for name, how in gone.items():
             print(f"  {name:<40} DROPPED   not on the source any more ({how}); its sink data is kept")
+        for name, why in waiting.items():
+            print(f"  {name:<40} NOT YET   {why}")
         for v in verdicts:
             bad = [c for c in v.chunks if c.differing]
             status = "EQUAL" if v.equal else "DIFFERENT"
@@ -180,6 +186,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if equal else 1
 
 
+def not_snapshotted(pipeline, tables: list[str]) -> dict[str, str]:
+    """The tables whose sink holds no finished snapshot yet (the pipeline has not run, or their first snapshot is
+    under way): their sink is not the source's rows, and saying so beats listing every key as missing."""
+    finished = pipeline.state.finished_tables()
+    startup = pipeline.config.stream.startup
+    why = (f"no finished snapshot in the sink yet: run the pipeline first (airflow dags trigger "
+           f"{pipeline.config.dag_id}), then look again" if startup == "initial" else
+           f"not snapshotted: stream.startup {startup} streams without a snapshot, so the sink holds only the "
+           "changes from there on and cannot equal the source")
+    return {t: why for t in tables if t not in finished}
+
+
 def cmd_materialize(args: argparse.Namespace) -> int:
     from airflow_cdc_provider.sinks.types import TableSinkTypes
     from airflow_cdc_provider.spark.session import spark_session, stop_session
@@ -188,6 +206,9 @@ def cmd_materialize(args: argparse.Namespace) -> int:
         cfg, pipeline, plan = _spark_pipeline(args)
     except (ConfigError, ConnectionConfigError, SourceError, ValueError, RuntimeError) as exc:
         return _fail(str(exc).splitlines())
+    waiting = not_snapshotted(pipeline, [args.table])
+    if waiting:
+        return _fail([f"{args.config}: {args.table}: {waiting[args.table]}"])
     schema = next(s for s in plan.schemas if str(s.table) == args.table)
     spark = spark_session("airflow-cdc materialize", master=args.master)
     try:

@@ -179,3 +179,16 @@ def test_resnapshot_checks_the_tables_then_triggers_the_dag_through_airflow(pipe
     words = shlex.split(res.stdout)
     assert words[1:7] == ["-m", "airflow", "dags", "trigger", "shop", "--conf"], words
     assert json.loads(words[7]) == {"resnapshot": [source_db.table("orders")]} and words[8:] == ["--output", "json"]
+
+
+def test_verify_and_materialize_before_any_snapshot_say_so_instead_of_listing_every_key(pipeline, source_db, tmp_path):
+    write, env = pipeline
+    config = write([source_db.table("orders")], f"state:\n  path: {tmp_path / 'state'}\n")
+    envs = {**os.environ, "AIRFLOW_HOME": str(tmp_path), **env}
+    why = (f"{config}: {source_db.table('orders')}: no finished snapshot in the sink yet: run the pipeline first "
+           "(airflow dags trigger shop), then look again")
+    for args in (["verify", str(config)], ["materialize", str(config), "--table", source_db.table("orders"),
+                                           "--output", str(tmp_path / "out")]):
+        res = subprocess.run([CLI, *args], capture_output=True, text=True, env=envs, timeout=120)
+        assert res.returncode != 0 and why in res.stderr + res.stdout, (args, res.stdout, res.stderr)
+    assert not (tmp_path / "out").exists()
