@@ -20,6 +20,7 @@ file, key or table and say what to change.
 from __future__ import annotations
 
 import argparse
+import os
 import json
 import sys
 from typing import Sequence
@@ -252,6 +253,11 @@ def cmd_stop(args: argparse.Namespace) -> int:
         state = _state_of(args.config)
     except ConfigError as exc:
         return _fail(str(exc).splitlines())
+    status = state.read_status()
+    if status is None or status.state in FINAL_STATES:
+        print(f"no stream is running ({'it has not run' if status is None else 'stream ' + status.state}): "
+              "nothing to stop")
+        return 0
     state.request_stop()
     print(f"stop requested in {state.uri}: the stream stops after its current batch")
     deadline = time.time() + args.wait
@@ -387,7 +393,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # the reader of the output went away (``| head``): no traceback, as other tools
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit must not fail
+        return 1
 
 
 if __name__ == "__main__":

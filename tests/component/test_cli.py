@@ -192,3 +192,23 @@ def test_verify_and_materialize_before_any_snapshot_say_so_instead_of_listing_ev
         res = subprocess.run([CLI, *args], capture_output=True, text=True, env=envs, timeout=120)
         assert res.returncode != 0 and why in res.stderr + res.stdout, (args, res.stdout, res.stderr)
     assert not (tmp_path / "out").exists()
+
+
+def test_stop_without_a_running_stream_says_so_and_asks_nothing(pipeline, source_db, tmp_path):
+    write, env = pipeline
+    config = write([source_db.table("orders")], f"state:\n  path: {tmp_path / 'state'}\n")
+    res = subprocess.run([CLI, "stop", str(config)], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "AIRFLOW_HOME": str(tmp_path), **env})
+    assert res.returncode == 0 and res.stdout.strip() == "no stream is running (it has not run): nothing to stop"
+    assert not (tmp_path / "state" / "stream" / "stop").exists()
+
+
+def test_output_cut_short_by_its_reader_ends_without_a_traceback(pipeline, source_db, tmp_path):
+    write, env = pipeline
+    source_db.executemany("INSERT INTO orders VALUES (%s, 1)", [(i,) for i in range(1000, 5000)])
+    source_db.analyze("orders")
+    config = write([source_db.table("orders")])  # ~1,000 chunks: more JSON than a pipe holds
+    cmd = f"{shlex.quote(CLI)} plan {shlex.quote(str(config))} --json | head -c 10"
+    res = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "AIRFLOW_HOME": str(tmp_path), **env})
+    assert len(res.stdout) == 10 and "Traceback" not in res.stderr and "BrokenPipe" not in res.stderr, res.stderr
