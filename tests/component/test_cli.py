@@ -172,7 +172,8 @@ def test_resnapshot_checks_the_tables_then_triggers_the_dag_through_airflow(pipe
     res = subprocess.run([CLI, "resnapshot", str(config), "--table", typo], capture_output=True, text=True, env=env,
                          timeout=120)
     line = one_line_error(res)
-    assert f"--table {typo}: not a table this pipeline captures; it captures: {source_db.table('orders')}" in line
+    assert (f"--table {typo}: not a table this pipeline captures (did you mean '{source_db.table('orders')}'?); it "
+            f"captures: {source_db.table('orders')}") in line
     res = subprocess.run([CLI, "resnapshot", str(config), "--table", source_db.table("orders"), "--print"],
                          capture_output=True, text=True, env=env, timeout=120)
     assert res.returncode == 0, res.stderr
