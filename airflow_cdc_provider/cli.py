@@ -20,6 +20,7 @@ file, key or table and say what to change.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import json
 import sys
@@ -61,7 +62,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     try:
         cfg = load_config(args.config)
-        check_default_args(cfg)
+        # Airflow sets its logging (and metrics) up on import, writing to stdout: here stdout is the plan (--json)
+        with contextlib.redirect_stdout(sys.stderr):
+            check_default_args(cfg)
     except ConfigError as exc:
         return _fail(str(exc).splitlines())
     where = f"{args.config}: source"
