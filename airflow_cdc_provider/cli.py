@@ -210,7 +210,9 @@ def cmd_materialize(args: argparse.Namespace) -> int:
         cfg, pipeline, plan = _spark_pipeline(args)
     except (ConfigError, ConnectionConfigError, SourceError, ValueError, RuntimeError) as exc:
         return _fail(str(exc).splitlines())
-    waiting = not_snapshotted(pipeline, [args.table])
+    # a stream started without a snapshot (stream.startup other than initial) holds the changes since: those are
+    # the table's state to write out
+    waiting = not_snapshotted(pipeline, [args.table]) if cfg.stream.startup == "initial" else {}
     if waiting:
         return _fail([f"{args.config}: {args.table}: {waiting[args.table]}"])
     schema = next(s for s in plan.schemas if str(s.table) == args.table)
