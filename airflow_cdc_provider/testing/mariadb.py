@@ -119,6 +119,12 @@ class PrivateMariaDB(PrivateServer):
         return self.base_dir / "data"
 
     @property
+    def tmpdir(self) -> Path:
+        """The server's own scratch directory: a shared /tmp lets another process remove its temp tables."""
+        assert self.base_dir is not None
+        return self.base_dir / "tmp"
+
+    @property
     def socket_path(self) -> str:
         assert self.base_dir is not None
         return str(self.base_dir / "mysqld.sock")
@@ -147,6 +153,7 @@ class PrivateMariaDB(PrivateServer):
             self.base_dir = Path(tempfile.mkdtemp(prefix="cdc-mariadb-"))
             self._owns_dir = True
         self.base_dir.mkdir(parents=True, exist_ok=True)
+        self.tmpdir.mkdir(exist_ok=True)
         if self.port is None:
             self.port = free_port()
         fresh = not (self.datadir / "mysql").exists()
@@ -163,6 +170,7 @@ class PrivateMariaDB(PrivateServer):
             install,
             "--no-defaults",
             f"--datadir={self.datadir}",
+            f"--tmpdir={self.tmpdir}",
             "--auth-root-authentication-method=normal",
             "--skip-test-db",
         ]
@@ -177,6 +185,7 @@ class PrivateMariaDB(PrivateServer):
             _find_binary("mariadbd", MARIADBD_CANDIDATES),
             "--no-defaults",
             f"--datadir={self.datadir}",
+            f"--tmpdir={self.tmpdir}",
             f"--socket={self.socket_path}",
             f"--pid-file={self.pid_file}",
             f"--log-error={self.error_log}",
