@@ -8,7 +8,9 @@
 * ``{gtid: "0-1-1234"}``: just after the transaction with this GTID (MariaDB, one domain);
 * ``{timestamp: 1700000000 | "2026-11-21T10:00:00Z"}``: the first transaction committed at or after it.
 
-GTID and timestamp starts scan the binlog from its oldest file to find the boundary.
+GTID and timestamp starts scan the binlog for the boundary from the last file that cannot start after it: a
+MariaDB file's ``Gtid_list`` (the GTIDs logged before the file) and its start time say which files come wholly
+before, so a server keeping days of binlog is not read from its oldest file.
 
 An XA transaction's rows are logged at its ``XA PREPARE``, and its commit later, in another event group. A start
 between the two would read the commit without the rows, so every mode but ``initial`` starts at the first
@@ -83,6 +85,75 @@ def _scan(settings: ConnectionSettings, server_id: int, first: BinlogOffset, *, 
     finally:
         stream.close()
     return None
+
+
+def _gtid_list(conn: Any, file: str) -> dict[tuple[int, int], int] | None:
+    """The last sequence number per ``(domain, server_id)`` logged before ``file``: its MariaDB ``Gtid_list``
+    event (None where the server writes none)."""
+    with conn.cursor() as cur:
+        cur.execute("SHOW BINLOG EVENTS IN %s LIMIT 3", (file,))
+        info = next((r[5] for r in cur.fetchall() if r[2] == "Gtid_list"), None)
+    if info is None:
+        return None
+    last = {}
+    for gtid in filter(None, info.strip("[] ").split(",")):
+        domain, server, seq = (int(x) for x in gtid.strip().split("-"))
+        last[(domain, server)] = max(seq, last.get((domain, server), 0))
+    return last
+
+
+def _gtid_scan_start(conn: Any, files: list[str], gtid: str) -> BinlogOffset:
+    """The last file whose ``Gtid_list`` does not hold ``gtid`` already (a server's sequence numbers in a domain
+    only grow): the transaction is in it or later."""
+    try:
+        domain, server, seq = (int(x) for x in gtid.split("-"))
+    except ValueError:
+        return BinlogOffset(files[0], 4)
+    start = files[0]
+    for file in files[1:]:
+        last = _gtid_list(conn, file)
+        if last is None or last.get((domain, server), 0) >= seq:
+            break
+        start = file
+    return BinlogOffset(start, 4)
+
+
+def _file_started_at(settings: ConnectionSettings, server_id: int, file: str) -> int | None:
+    """The time ``file`` was opened: its format description event's timestamp."""
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.event import FormatDescriptionEvent
+
+    from airflow_cdc_provider.source.connection import SourceConnection
+
+    stream = BinLogStreamReader(
+        connection_settings=settings.replication_kwargs(), server_id=server_id, log_file=file, log_pos=4,
+        resume_stream=True, blocking=False, only_events=[FormatDescriptionEvent], is_mariadb=False,
+        enable_logging=False, freeze_schema=True, pymysql_wrapper=SourceConnection,
+    )
+    try:
+        for ev in stream:
+            if isinstance(ev, FormatDescriptionEvent):
+                return int(ev.timestamp)
+            if stream.log_file != file:
+                break
+    finally:
+        stream.close()
+    return None
+
+
+def _timestamp_scan_start(settings: ConnectionSettings, server_id: int, files: list[str],
+                          after_ts: float) -> BinlogOffset:
+    """The last file opened before ``after_ts``: every event of the files before it was written before it was
+    opened, so before ``after_ts`` (found by bisection; the files' start times only grow)."""
+    lo, hi = 0, len(files) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        started = _file_started_at(settings, server_id, files[mid])
+        if started is not None and started < after_ts:
+            lo = mid
+        else:
+            hi = mid - 1
+    return BinlogOffset(files[lo], 4)
 
 
 def resolve_startup(mode: str | dict[str, Any], settings: ConnectionSettings, conn: Any, server_id: int,
@@ -196,12 +267,14 @@ def _resolve(mode: str | dict[str, Any], settings: ConnectionSettings, conn: Any
         g = str(mode["gtid"]).strip()
         if "," in g:
             raise StartupError("stream.startup gtid: give one GTID (domain-server-seq); multi-domain sets are not supported")
-        found = _scan(settings, server_id, earliest, gtid=g)
+        found = _scan(settings, server_id, _gtid_scan_start(conn, [f for f, _ in files], g), gtid=g)
         if not found:
             raise StartupError(f"stream.startup gtid {g!r} is not in the binlogs still on the server")
         return found
     if isinstance(mode, dict) and "timestamp" in mode:
-        found = _scan(settings, server_id, earliest, after_ts=_timestamp(mode["timestamp"]))
+        after_ts = _timestamp(mode["timestamp"])
+        found = _scan(settings, server_id, _timestamp_scan_start(settings, server_id, [f for f, _ in files], after_ts),
+                      after_ts=after_ts)
         if found:
             return found
         o = current_offset(conn)

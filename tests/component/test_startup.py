@@ -179,3 +179,38 @@ def test_an_xa_transaction_prepared_in_a_purged_file_refuses_the_start(source_db
     message = str(exc.value)
     assert "x'707572676564',x'',1" in message and "no longer has" in message, message
     assert "stream.startup to initial" in message
+
+
+def test_gtid_and_timestamp_starts_scan_from_the_file_that_holds_them(source_db, server_id):
+    """A GTID or timestamp start reads the binlog from the last file that cannot start after it (the files'
+    Gtid_list and start times say so), and lands where a scan from the oldest file lands."""
+    from airflow_cdc_provider.source.startup import _gtid_scan_start, _timestamp_scan_start
+
+    source_db.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))")
+    marks = []  # (gtid, offset after it, time before it) of one transaction per file
+    for i in range(4):
+        time.sleep(1.1)  # file start times are whole seconds
+        source_db.execute("FLUSH BINARY LOGS")
+        started = time.time()
+        time.sleep(1.1)
+        source_db.execute("INSERT INTO t VALUES (%s, 'x')", (i,))
+        with source_db.connection() as conn:
+            marks.append((source_db.execute("SELECT @@gtid_binlog_pos")[0][0], current_offset(conn), started))
+    with source_db.connection() as conn, conn.cursor() as cur:
+        cur.execute("SHOW BINARY LOGS")
+        files = [r[0] for r in cur.fetchall()]
+        gtid, after, started = marks[2]
+        assert _gtid_scan_start(conn, files, gtid) == BinlogOffset(after.file, 4)
+    at = int(started) + 0.5  # event times are whole seconds: after marks[1]'s insert's, before marks[2]'s
+    assert _timestamp_scan_start(source_db.settings, server_id, files, at) == BinlogOffset(after.file, 4)
+    assert resolve(source_db, server_id, {"gtid": gtid})["pos"] == after.pos
+    got = resolve(source_db, server_id, {"timestamp": at})
+    with source_db.connection() as conn:
+        schema = load_schema(conn, TableId(source_db.name, "t"))
+        now = current_offset(conn)
+    rows = list(read_changes_between(source_db.settings, server_id, BinlogOffset(got["file"], got["pos"]), now,
+                                     {schema.table: schema}))
+    assert sorted(r.key for r in rows) == [(2,), (3,)]
+    # a GTID older than every file's list, and one never logged, are refused as before
+    with pytest.raises(StartupError, match="is not in the binlogs still on the server"):
+        resolve(source_db, server_id, {"gtid": "0-1-999999"})
