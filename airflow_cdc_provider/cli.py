@@ -24,6 +24,7 @@ import contextlib
 import os
 import json
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from airflow_cdc_provider.core.keys import format_key
@@ -44,11 +45,13 @@ def _fail(messages: Sequence[str]) -> int:
     return EXIT_USAGE
 
 
-def _print_plan(plan: ChunkPlan, title: str) -> None:
+def _print_plan(plan: ChunkPlan, title: str, snapshotted: Sequence[str] = ()) -> None:
     print(title)
     for schema in plan.schemas:
         chunks = [c for c in plan.chunks if c.table == schema.table]
-        print(f"\n{schema.table}  key ({', '.join(schema.key_columns)})  {len(chunks)} chunk(s)")
+        done = ("  (snapshotted already: a run streams its changes; these are the chunks a resnapshot would read)"
+                if str(schema.table) in snapshotted else "")
+        print(f"\n{schema.table}  key ({', '.join(schema.key_columns)})  {len(chunks)} chunk(s){done}")
         for c in chunks:
             lo = "(-inf" if c.start is None else f"[{format_key(c.start)}"
             hi = "+inf)" if c.end is None else f"{format_key(c.end)})"
@@ -71,7 +74,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from airflow_cdc_provider.pipeline.resolve import check_writable, resolve_pipeline
 
     try:
-        problems = check_writable(resolve_pipeline(cfg))
+        pipeline = resolve_pipeline(cfg)
+        problems = check_writable(pipeline)
     except ConfigError as exc:  # names its file and key already (sink.conn_id, state.path, ...)
         return _fail(str(exc).splitlines())
     except (ConnectionConfigError, SourceError, ValueError) as exc:
@@ -93,11 +97,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return _fail([f"{where}: {p}" for p in exc.problems])
     except (ConfigError, ConnectionConfigError, SourceError, ValueError) as exc:
         return _fail([f"{where}: {exc}"])
+    finished = pipeline.state.finished_tables()
+    snapshotted = [str(s.table) for s in plan.schemas if str(s.table) in finished]
     if args.json:
-        json.dump({"dag_id": cfg.dag_id, "chunk_size": cfg.snapshot.chunk_size, **plan.to_dict()}, sys.stdout, indent=2)
+        json.dump({"dag_id": cfg.dag_id, "chunk_size": cfg.snapshot.chunk_size, **plan.to_dict(),
+                   "snapshotted": snapshotted}, sys.stdout, indent=2)
         print()
     else:
-        _print_plan(plan, f"Chunk plan of {cfg.dag_id} (source {settings.describe()}, chunk_size {cfg.snapshot.chunk_size})")
+        _print_plan(plan, f"Chunk plan of {cfg.dag_id} (source {settings.describe()}, chunk_size {cfg.snapshot.chunk_size})",
+                    snapshotted)
     return 0
 
 
@@ -202,6 +210,21 @@ def not_snapshotted(pipeline, tables: list[str]) -> dict[str, str]:
     return {t: why for t in tables if t not in finished}
 
 
+def unsafe_output(output: str) -> str | None:
+    """Why writing a table over ``output`` could destroy something, if it could: Spark's overwrite empties the
+    directory first, which is right for an earlier materialize (its ``_SUCCESS`` marker says so) and wrong for
+    anything else."""
+    path = Path(output)
+    if "://" in output or not path.exists():
+        return None
+    if not path.is_dir():
+        return "is a file; give a directory to write the table's parquet files into"
+    if any(path.iterdir()) and not (path / "_SUCCESS").exists():
+        return ("is a directory with files that an earlier materialize did not write (no _SUCCESS marker); "
+                "it would be emptied first: give a new or empty directory")
+    return None
+
+
 def cmd_materialize(args: argparse.Namespace) -> int:
     from airflow_cdc_provider.sinks.types import TableSinkTypes
     from airflow_cdc_provider.spark.session import spark_session, stop_session
@@ -215,6 +238,8 @@ def cmd_materialize(args: argparse.Namespace) -> int:
     waiting = not_snapshotted(pipeline, [args.table]) if cfg.stream.startup == "initial" else {}
     if waiting:
         return _fail([f"{args.config}: {args.table}: {waiting[args.table]}"])
+    if problem := unsafe_output(args.output):
+        return _fail([f"--output {args.output}: {problem}"])
     schema = next(s for s in plan.schemas if str(s.table) == args.table)
     spark = spark_session("airflow-cdc materialize", master=args.master)
     try:
@@ -378,7 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("materialize", help="write a table's current state from the sink to Parquet")
     m.add_argument("config", help="pipeline YAML file")
     m.add_argument("--table", required=True, help="db.table")
-    m.add_argument("--output", required=True, help="output directory (overwritten)")
+    m.add_argument("--output", required=True, help="output directory: new, empty or an earlier materialize's (then replaced)")
     m.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     m.set_defaults(func=cmd_materialize)
     st = sub.add_parser("status", help="print the stream's status heartbeat as JSON")

@@ -458,7 +458,9 @@ def _message(error: Mapping[str, Any], root: Any) -> str:
             needs = [f.name for f in fields(section) if f.default is MISSING and f.default_factory is MISSING]
             return f"{path}: required section is missing (it needs {', '.join(needs)})"
         return f"{path}: required key is missing"
-    if kind in _TYPE_NAMES:
+    if kind == "list_type" and isinstance(value, (str, int, float)):  # one item written without the brackets
+        text = f"must be a list, {got}: write it as [{value}], or one '- {value}' line per item below the key"
+    elif kind in _TYPE_NAMES:
         text = f"must be {_TYPE_NAMES[kind]}, {got}"
     elif kind == "greater_than":
         bound = "a positive integer" if ctx["gt"] == 0 else f"greater than {ctx['gt']}"

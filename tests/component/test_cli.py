@@ -195,6 +195,23 @@ def test_verify_and_materialize_before_any_snapshot_say_so_instead_of_listing_ev
     assert not (tmp_path / "out").exists()
 
 
+def test_materialize_refuses_to_empty_a_directory_it_did_not_write(pipeline, source_db, tmp_path):
+    write, env = pipeline
+    config = write([source_db.table("orders")], f"state:\n  path: {tmp_path / 'state'}\nstream:\n  startup: latest\n")
+    envs = {**os.environ, "AIRFLOW_HOME": str(tmp_path), **env}
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "notes.txt").write_text("mine")
+    (tmp_path / "file.parquet").write_text("mine")
+    for output, problem in ((tmp_path / "home", "is a directory with files that an earlier materialize did not "
+                                                "write (no _SUCCESS marker); it would be emptied first"),
+                            (tmp_path / "file.parquet", "is a file")):
+        res = subprocess.run([CLI, "materialize", str(config), "--table", source_db.table("orders"), "--output",
+                              str(output)], capture_output=True, text=True, env=envs, timeout=120)
+        assert res.returncode != 0 and f"--output {output}: {problem}" in res.stderr, res.stderr
+    assert (tmp_path / "home" / "notes.txt").read_text() == "mine"
+    assert (tmp_path / "file.parquet").read_text() == "mine"
+
+
 def test_stop_without_a_running_stream_says_so_and_asks_nothing(pipeline, source_db, tmp_path):
     write, env = pipeline
     config = write([source_db.table("orders")], f"state:\n  path: {tmp_path / 'state'}\n")

@@ -160,6 +160,7 @@ def test_assets_metrics_progress_and_quiet_logs_of_a_run(airflow_home, source_db
     plan = subprocess.run([CLI, "plan", str(config), "--json"], env=env, capture_output=True, text=True, timeout=300)
     assert plan.returncode == 0 and plan.stdout.startswith("{"), plan.stdout[:3000] + plan.stderr[-3000:]
     assert [t["table"] for t in json.loads(plan.stdout)["tables"]] == [table]
+    assert json.loads(plan.stdout)["snapshotted"] == [table]  # its chunks are what a resnapshot would read
 
     # OpenLineage: each task that wrote the table names the MySQL table as its input and the sink table as its
     # output, with the columns of both and the trivial column lineage; no secret in any event
