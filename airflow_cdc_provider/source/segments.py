@@ -8,6 +8,11 @@ magnitude faster than decoding them in Python) and returns ``n``; the first GTID
 event among them starts a transaction (every MariaDB and MySQL transaction, DDL included, begins with one).
 The start of a binlog file is a boundary too.
 
+An event larger than the server's ``max_allowed_packet`` (a row event holds both images of a row under
+``binlog_row_image=FULL``, so an UPDATE of a 10 MiB blob logs 20 MiB) stops ``SHOW BINLOG EVENTS`` there, though
+replication reads it: a batch or segment is then not cut inside that file (correct, only larger), and a scan
+that must see every event (a ``stream.startup`` position's XA check) fails naming the setting to raise.
+
 Event indexes are estimated from bytes, with the average event size of the first events after the segment
 start, so segments are about equal in binlog bytes, not exactly. Needs BINLOG MONITOR (REPLICATION CLIENT),
 which the CDC user already has.
@@ -15,10 +20,13 @@ which the CDC user already has.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Iterator
 
 from airflow_cdc_provider.core.offsets import BinlogOffset, split_binlog_file
-from airflow_cdc_provider.source.server import binlog_files
+from airflow_cdc_provider.source.server import SourceError, binlog_files
+
+log = logging.getLogger("airflow_cdc.segments")
 
 BOUNDARY_EVENTS = frozenset({"Gtid", "Anonymous_Gtid"})
 # events that open a binlog file, before its first transaction: starting at one is starting between transactions
@@ -28,6 +36,10 @@ _SCAN_WINDOW = 10_000
 _SAMPLE_EVENTS = 256
 _FIRST_WINDOW = 64
 _MAX_WINDOW = 65_536
+
+
+class UnreadableEvents(SourceError):
+    """``SHOW BINLOG EVENTS`` stopped inside a file: an event there is larger than ``max_allowed_packet``."""
 
 
 class BinlogMap:
@@ -65,9 +77,30 @@ class BinlogMap:
 
     # -- transaction boundaries ----------------------------------------------------------------------
     def _events(self, file: str, pos: int, skip: int, count: int) -> list[tuple]:
+        import pymysql
+
         with self.conn.cursor() as cur:
-            cur.execute(f"SHOW BINLOG EVENTS IN %s FROM %s LIMIT {int(skip)}, {int(count)}", (file, int(pos)))
-            return list(cur.fetchall())
+            try:
+                cur.execute(f"SHOW BINLOG EVENTS IN %s FROM %s LIMIT {int(skip)}, {int(count)}", (file, int(pos)))
+                return list(cur.fetchall())
+            except pymysql.err.OperationalError as exc:
+                if exc.args[0] != 1220 or "Wrong offset or I/O error" not in str(exc.args[1:]):
+                    raise
+            cur.execute("SELECT @@GLOBAL.max_allowed_packet")
+            limit = int(cur.fetchone()[0])
+        raise UnreadableEvents(
+            f"SHOW BINLOG EVENTS cannot read {file} past {pos} (events {skip} to {skip + count} from there): an event "
+            f"there is larger than the server's max_allowed_packet ({limit} bytes; a row event holds both images of "
+            "a row), or the file is damaged. Raise the setting on the server (SET GLOBAL max_allowed_packet = "
+            "1073741824, and in its configuration) so the binlog can be scanned")
+
+    def _cut_after(self, at: BinlogOffset, skip: int) -> BinlogOffset | None:
+        """``boundary_after``, or None where the events cannot be listed: no cut inside this file."""
+        try:
+            return self.boundary_after(at, skip)
+        except UnreadableEvents as exc:
+            log.warning("%s: the batch or segment is not cut inside %s and reads the rest of it whole", exc, at.file)
+            return None
 
     def events(self, start: BinlogOffset, end: BinlogOffset | None = None) -> Iterator[tuple[BinlogOffset, str, str]]:
         """Every event from ``start`` to ``end`` (by default, the newest) as ``(where it starts, its type, what
@@ -92,7 +125,10 @@ class BinlogMap:
                 return
 
     def average_event_bytes(self, at: BinlogOffset) -> float:
-        rows = self._events(at.file, at.pos, 0, _SAMPLE_EVENTS)
+        try:
+            rows = self._events(at.file, at.pos, 0, _SAMPLE_EVENTS)
+        except UnreadableEvents:
+            return float("inf")
         if not rows:
             return float("inf")
         return max(1.0, (int(rows[-1][4]) - at.pos) / len(rows))  # End_log_pos of the last one
@@ -164,7 +200,7 @@ class BinlogMap:
             avg = self.average_event_bytes(a)
             step = size / (inner + 1)
             for i in range(1, inner + 1):
-                here = self.boundary_after(a, int(i * step / avg))
+                here = self._cut_after(a, int(i * step / avg))
                 if here is None or not here < b:
                     break
                 if not cuts or here > cuts[-1]:
@@ -187,7 +223,7 @@ class BinlogMap:
                 budget -= size
                 continue
             avg = self.average_event_bytes(a)
-            here = self.boundary_after(a, max(1, int(budget / avg)))
+            here = self._cut_after(a, max(1, int(budget / avg)))
             if here is not None and here < b:
                 return here
             return b

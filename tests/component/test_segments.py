@@ -7,12 +7,19 @@ event or a file's start), also with a long transaction, a DDL and file rotations
 
 from __future__ import annotations
 
+import contextlib
+import time
+
+import pytest
+
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.records import OP_UPDATE
 from airflow_cdc_provider.source.binlog import read_changes_between
 from airflow_cdc_provider.source.schema import load_schema
-from airflow_cdc_provider.source.segments import BOUNDARY_EVENTS, FILE_START, BinlogMap
+from airflow_cdc_provider.source.segments import BOUNDARY_EVENTS, FILE_START, BinlogMap, UnreadableEvents
 from airflow_cdc_provider.source.server import current_offset
+
+from .test_validation import global_setting
 
 
 def _changes(db, server_id, start, end, schemas):
@@ -76,3 +83,59 @@ def _is_gtid(db, at):
     with db.connection() as conn, conn.cursor() as cur:
         cur.execute("SHOW BINLOG EVENTS IN %s FROM %s LIMIT 1", (at.file, at.pos))
         return cur.fetchone()[2] in BOUNDARY_EVENTS
+
+
+def purge_to_a_new_file(db, timeout: float = 30.0) -> None:
+    """Rotate and purge every earlier binlog file: later tests of this server scan its oldest file. The server
+    keeps a file until its binlog checkpoint has passed it, so the purge is repeated until it took."""
+    with contextlib.closing(db.server.root_connection()) as conn, conn.cursor() as cur:
+        cur.execute("FLUSH BINARY LOGS")
+        deadline = time.monotonic() + timeout
+        while True:
+            cur.execute("SHOW BINARY LOGS")
+            files = [r[0] for r in cur.fetchall()]
+            if len(files) == 1:
+                return
+            assert time.monotonic() < deadline, f"binlog files {files[:-1]} are still on the server after PURGE"
+            cur.execute(f"PURGE BINARY LOGS TO '{files[-1]}'")
+            time.sleep(0.1)
+
+
+def test_an_event_larger_than_max_allowed_packet_is_read_in_an_uncut_batch(mariadb, source_db, server_id, caplog):
+    """SHOW BINLOG EVENTS stops at an event larger than max_allowed_packet (an UPDATE's two images of a big
+    row), which replication reads: a capped batch then takes the rest of the file whole, with every change,
+    and a start that must list the events says which setting to raise."""
+    source_db.execute("CREATE TABLE seg (id INT PRIMARY KEY, v LONGTEXT)")
+    with source_db.connection() as conn:
+        limit = source_db.execute("SELECT @@GLOBAL.max_allowed_packet")[0][0]
+        start = current_offset(conn)
+        source_db.executemany("INSERT INTO seg VALUES (%s, 'small')", [(i,) for i in range(2, 50)])
+        with global_setting(mariadb, "max_allowed_packet", 4 * limit):
+            with source_db.server.app_connection(source_db.name) as app, app.cursor() as cur:
+                cur.execute("INSERT INTO seg VALUES (1, REPEAT('a', %s))", (limit * 6 // 10,))
+                cur.execute("UPDATE seg SET v = REPEAT('b', %s) WHERE id = 1", (limit * 6 // 10,))  # > the limit
+        for i in range(2, 50):
+            source_db.execute("UPDATE seg SET v = 'after' WHERE id = %s", (i,))
+        end = current_offset(conn)
+    try:
+        with source_db.connection() as conn:
+            binlog = BinlogMap(conn)
+            with caplog.at_level("WARNING", logger="airflow_cdc.segments"):
+                ends, at = [], start  # capped batches one after the other, as the stream plans them
+                while at < end:
+                    at, _ = binlog.batch_end(at, end, 4096)
+                    ends.append(at)
+                binlog.cut(start, end, 4096)
+            assert f"larger than the server's max_allowed_packet ({limit} bytes" in caplog.text
+            assert "SET GLOBAL max_allowed_packet = 1073741824" in caplog.text
+            with pytest.raises(UnreadableEvents, match="cannot read .* an event there is larger than the server's "
+                                                       "max_allowed_packet"):
+                list(binlog.events(start, end))
+            schema = load_schema(conn, TableId(source_db.name, "seg"))
+        schemas = {schema.table: schema}
+        whole = _changes(source_db, server_id, start, end, schemas)
+        batches = [c for a, b in zip([start] + ends, ends) for c in _changes(source_db, server_id, a, b, schemas)]
+        assert batches == whole and len(whole) == 2 + 2 * 48, len(whole)
+        assert [c[2]["v"] for c in whole if c[1] == (1,)] == ["a" * (limit * 6 // 10), "b" * (limit * 6 // 10)]
+    finally:
+        purge_to_a_new_file(source_db)
