@@ -9,6 +9,8 @@ holds it) to Parquet.
 ``airflow-cdc stop CONFIG.yaml [--wait S]`` asks a running stream to stop after its current batch.
 ``airflow-cdc resnapshot CONFIG.yaml --table T [--table T ...] [--print]`` triggers the pipeline's DAG with
 ``{"resnapshot": [...]}`` (through Airflow's own ``airflow dags trigger``), after checking that it captures them.
+``airflow-cdc uncapture CONFIG.yaml --table T`` takes a table left out of ``source.tables`` out of the pipeline's
+state: the stream stops reading it, its sink data stays.
 ``airflow-cdc maintain CONFIG.yaml [--json]`` compacts and vacuums a delta pipeline's tables (``sink.maintenance``,
 or its defaults), as the maintenance DAG does.
 ``airflow-cdc schema`` prints the JSON Schema of the pipeline YAML (the one in docs/pipeline.schema.json).
@@ -300,6 +302,19 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return 0 if args.wait == 0 else _fail([f"the stream did not stop within {args.wait}s"])
 
 
+def cmd_uncapture(args: argparse.Namespace) -> int:
+    from airflow_cdc_provider.pipeline.resolve import resolve_state
+    from airflow_cdc_provider.pipeline.uncapture import UncaptureError, uncapture
+
+    try:
+        cfg = load_config(args.config)
+        done = uncapture(cfg, resolve_state(cfg), args.table)
+    except (ConfigError, UncaptureError) as exc:
+        return _fail(str(exc).splitlines())
+    print(done.describe())
+    return 0
+
+
 def airflow_json_output(output: str) -> list:
     """The JSON list an ``airflow ... --output json`` command printed: its last line starting with ``[`` (its log
     lines go to stdout too); empty if there is none."""
@@ -418,6 +433,10 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--table", action="append", required=True, help="db.table to snapshot again (repeatable)")
     rs.add_argument("--print", action="store_true", help="print the airflow command instead of running it")
     rs.set_defaults(func=cmd_resnapshot)
+    uc = sub.add_parser("uncapture", help="stop streaming a table taken out of source.tables (its sink data stays)")
+    uc.add_argument("config", help="pipeline YAML file")
+    uc.add_argument("--table", required=True, help="db.table, no longer in source.tables")
+    uc.set_defaults(func=cmd_uncapture)
     mt = sub.add_parser("maintain", help="compact and vacuum the Delta tables of a delta pipeline")
     mt.add_argument("config", help="pipeline YAML file")
     mt.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -323,6 +323,25 @@ class StateStore:
     def schema_changes(self) -> list[SchemaChange]:
         return [SchemaChange.from_dict(d) for d in self.read_json(self.SCHEMA_CHANGES, [])]
 
+    def forget_table(self, table: str, archive: str) -> None:
+        """Move ``table``'s own state to ``archive`` and drop it from the stream's lists (``pipeline.uncapture``):
+        to this store it is then a table never captured. Its schema changes are kept in the archive."""
+        own = f"tables/{table_dir_name(table)}"
+        changes = self.schema_changes()
+        if self.exists(own) or self.storage.listdir(own):
+            self.storage.rename(own, f"{archive}/state")
+        self.write_json(f"{archive}/uncaptured.json", {
+            "table": table, "uncaptured_at": time.time(),
+            "schema_changes": [c.to_dict() for c in changes if str(c.table) == table]})
+        if any(str(c.table) == table for c in changes):
+            self.write_json(self.SCHEMA_CHANGES, [c.to_dict() for c in changes if str(c.table) != table])
+        streamed = self.streamed_tables()
+        if table in streamed:
+            self.write_json(self.STREAMED, sorted(streamed - {table}))
+        overlapped = self.read_overlapped_epochs()
+        if table in overlapped:
+            self.write_overlapped_epochs({t: r for t, r in overlapped.items() if t != table})
+
     # -- the sink the state is of -----------------------------------------------------------------
     SINK = "sink.json"
 

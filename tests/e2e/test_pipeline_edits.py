@@ -1,10 +1,13 @@
-"""A pipeline's YAML edited between DAG runs: a table added while a continuous stream runs, and the sink moved
-while the state store stays. Checked by comparing the sink with MariaDB row by row."""
+"""A pipeline's YAML edited between DAG runs: a table added while a continuous stream runs, a table taken out
+(``airflow-cdc uncapture``) and added back, and the sink moved while the state store stays. Checked by comparing the sink with MariaDB row by row."""
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
 from airflow_cdc_provider.hooks.spark_job import process_alive
 from airflow_cdc_provider.state.store import StateStore, table_dir_name
@@ -13,6 +16,7 @@ from airflow_cdc_provider.testing.airflow_run import BackgroundDagRun, run_dag
 from .cdc_helpers import parquet_sink, sink_rows, source_rows, stream_state, table_types, wait_until, write_pipeline
 from .test_generated_dag import make_shop
 
+CLI = str(Path(sys.executable).parent / "airflow-cdc")
 CONTINUOUS = "stream:\n  mode: continuous\n  trigger_interval: 1 second\n  heartbeat_timeout: 60\n"
 
 
@@ -114,3 +118,56 @@ def test_sink_path_changed_while_state_path_stays(airflow_home, source_db, tmp_p
         assert sink_rows(spark, sink, {}, table_types(source_db, t)) == source_rows(source_db, t), t
     orders = sink_rows(spark, sink, {}, table_types(source_db, "orders"))
     assert [orders[(i,)][2] for i in (1, 2)] == ["while moved", "while moved"]
+
+
+def test_a_table_taken_out_stops_streaming_and_comes_back_snapshotted(airflow_home, source_db, tmp_path, spark):
+    """A table left out of source.tables is streamed still, until ``airflow-cdc uncapture`` takes it out of the
+    state: the next run streams the other table alone and leaves the table's sink as it was, with no re-snapshot
+    of anything. Added back, it is snapshotted again and its sink converges (rows deleted meanwhile are gone)."""
+    env, dags, pipelines = airflow_home
+    make_shop(source_db, orders=300, customers=40)
+    config = write_pipeline(pipelines, source_db, tmp_path)
+    sink, state = parquet_sink(tmp_path), StateStore(tmp_path / "state")
+    customers = source_db.table("customers")
+    run1 = run_dag(env, dags, "shop_cdc", log_file=tmp_path / "run1.log")
+    assert run1["state"] == "success", run1
+
+    def uncapture():
+        return subprocess.run([CLI, "uncapture", str(config), "--table", customers], capture_output=True,
+                              text=True, timeout=120, env={**os.environ, **env})
+
+    res = uncapture()
+    assert res.returncode == 2 and res.stderr.strip() == (
+        f"airflow-cdc: error: {config}: source.tables still captures {customers} (through '{customers}'): take it "
+        "out of source.tables first (a pattern can exclude it: 're:...' with a negative lookahead), then run this "
+        "again"), res.stderr
+    write_pipeline(pipelines, source_db, tmp_path, tables=("orders",))
+    res = uncapture()
+    assert res.returncode == 0 and res.stdout.startswith(f"{customers}: no longer captured."), res.stdout + res.stderr
+    assert customers not in state.read_seed().tables and customers not in state.streamed_tables()
+    assert uncapture().stderr.startswith(f"airflow-cdc: error: {config}: --table {customers}: not a table this "
+                                         "pipeline has captured")
+
+    held = sink_rows(spark, sink, {}, table_types(source_db, "customers"))
+    source_db.execute("UPDATE orders SET note = 'after' WHERE id <= 5")
+    source_db.execute("DELETE FROM customers WHERE `customer id` >= 'c0030'")
+    source_db.execute("UPDATE customers SET name = 'renamed' WHERE `customer id` <= 'c0004'")
+    run2 = run_dag(env, dags, "shop_cdc", log_file=tmp_path / "run2.log")
+    assert run2["state"] == "success", run2
+    assert [t for t in run2["tis"] if t["task_id"] == "snapshot_chunk" and t["state"] == "success"] == []
+    assert state.read_status().tables == [source_db.table("orders")]
+    assert _converged(spark, sink, source_db, "orders")
+    assert sink_rows(spark, sink, {}, table_types(source_db, "customers")) == held
+    assert held != source_rows(source_db, "customers")  # the sink did not follow the changes, as asked
+
+    write_pipeline(pipelines, source_db, tmp_path)
+    source_db.execute("DELETE FROM customers WHERE `customer id` = 'c0000'")
+    run3 = run_dag(env, dags, "shop_cdc", log_file=tmp_path / "run3.log")
+    assert run3["state"] == "success", run3
+    for t in ("orders", "customers"):
+        assert _converged(spark, sink, source_db, t), t
+    source_db.execute("UPDATE customers SET name = 'streamed again' WHERE `customer id` = 'c0001'")
+    run4 = run_dag(env, dags, "shop_cdc", log_file=tmp_path / "run4.log")
+    assert run4["state"] == "success", run4
+    assert _converged(spark, sink, source_db, "customers")
+    assert sink_rows(spark, sink, {}, table_types(source_db, "customers"))[("c0001",)][1] == "streamed again"

@@ -1,0 +1,86 @@
+"""Taking a table out of a pipeline: the stream stops reading it, its sink data stays as the stream left it.
+
+A table once snapshotted or streamed stays in the stream even when ``source.tables`` no longer names it:
+captured again later, it would have lost the changes in between without a word. ``uncapture`` is the way
+out for one table, with the pipeline's other tables left as they are: its state (snapshot, chunk reports,
+definitions) moves to ``uncaptured/<db.t>-<ms>/`` of the state store, and the seed, the list of streamed tables
+and the schema changes forget it. Captured again later, it is a new table to the pipeline: the next run
+snapshots it under a new epoch, which the sinks converge on (rows the old capture left that the source no
+longer has are swept, as after any re-snapshot).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+from airflow_cdc_provider.pipeline.config import PipelineConfig
+from airflow_cdc_provider.state.records import RUNNING_STATES
+from airflow_cdc_provider.state.store import StateStore, table_dir_name
+
+
+class UncaptureError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Uncaptured:
+    """What ``uncapture`` did: the table, and where its state now lies."""
+
+    table: str
+    archive: str
+
+    def describe(self) -> str:
+        return (f"{self.table}: no longer captured. The stream stops reading it from its next launch; its sink data "
+                f"stays as it is. Its state moved to {self.archive}. Added to source.tables again, it is snapshotted "
+                "again by the next run")
+
+
+def matching_patterns(config: PipelineConfig, table: str) -> list[str]:
+    """The ``source.tables`` entries that name or match ``table``."""
+    from airflow_cdc_provider.source.schema import compile_pattern, is_exact
+
+    return [p for p in config.source.tables
+            if (p == table if is_exact(p) else compile_pattern(p).fullmatch(table) is not None)]
+
+
+def uncapture(config: PipelineConfig, state: StateStore, table: str, now: float | None = None) -> Uncaptured:
+    """Take ``table`` out of the pipeline's state, once nothing could still read it: ``source.tables`` no longer
+    matches it, no stream runs, no snapshot of it is under way, and the stream keeps another table to read."""
+    from airflow_cdc_provider.pipeline.resolve import captured_tables_in
+
+    where = config.where
+    captured = captured_tables_in(state)
+    if table not in captured:
+        import difflib
+
+        close = difflib.get_close_matches(table, sorted(captured), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise UncaptureError(f"{where}: --table {table}: not a table this pipeline has captured{hint}; it has "
+                             f"captured: {', '.join(sorted(captured)) or 'none'}")
+    if patterns := matching_patterns(config, table):
+        raise UncaptureError(
+            f"{where}: source.tables still captures {table} (through {', '.join(repr(p) for p in patterns)}): take "
+            "it out of source.tables first (a pattern can exclude it: 're:...' with a negative lookahead), then run "
+            "this again")
+    now = time.time() if now is None else now
+    status = state.read_status()
+    if status is not None and status.state in RUNNING_STATES and \
+            now - status.updated_at < config.stream.heartbeat_timeout:
+        raise UncaptureError(
+            f"{where}: the stream of {config.dag_id} is running and reads {table}: stop it first (airflow-cdc stop "
+            f"{where} --wait 120; a running DAG run's stream task then ends), run this again, then trigger the DAG")
+    if state.planned_snapshot(table) is not None:
+        raise UncaptureError(
+            f"{where}: a snapshot of {table} is planned or under way: let its DAG run finish (or mark it failed), "
+            "then run this again")
+    seed = state.read_seed()
+    if seed is not None and set(seed.tables) == {table}:
+        raise UncaptureError(
+            f"{where}: {table} is the only table the stream reads; a pipeline without it starts over: give it a new "
+            "state.path instead (every table in source.tables is snapshotted again)")
+    archive = f"uncaptured/{table_dir_name(table)}-{int(now * 1000)}"
+    state.forget_table(table, archive)
+    if seed is not None and table in seed.tables:
+        state.write_seed(replace(seed, tables={t: s for t, s in seed.tables.items() if t != table}))
+    return Uncaptured(table, state.location(archive))

@@ -1,0 +1,91 @@
+"""``airflow-cdc uncapture``'s refusals and what it leaves in the state store, against a real (local) state
+store; the whole path through DAG runs is tests/e2e/test_pipeline_edits.py."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from airflow_cdc_provider.core.chunks import Chunk, TableId
+from airflow_cdc_provider.core.offsets import BinlogOffset, EventPosition
+from airflow_cdc_provider.core.reports import ChunkReport
+from airflow_cdc_provider.core.schema_changes import SchemaChange
+from airflow_cdc_provider.pipeline.collect import build_seed
+from airflow_cdc_provider.pipeline.config import load_config
+from airflow_cdc_provider.pipeline.resolve import captured_tables_in
+from airflow_cdc_provider.pipeline.uncapture import UncaptureError, uncapture
+from airflow_cdc_provider.state.records import FinishedSnapshot, PlannedSnapshot, StreamStatus
+from airflow_cdc_provider.state.store import StateStore
+
+
+def finished(table: str, hw: int) -> FinishedSnapshot:
+    chunk = Chunk(TableId.parse(table), 0, ("id",), None, None, epoch=1)
+    return FinishedSnapshot(table, 1, (ChunkReport(chunk, BinlogOffset("b.000002", hw - 10),
+                                                   BinlogOffset("b.000002", hw), 5, 0, 0.1),))
+
+
+@pytest.fixture
+def pipeline(tmp_path):
+    """A pipeline that snapshotted and streamed db.t and db.u, with db.u now out of source.tables."""
+    state = StateStore(tmp_path / "state")
+    for table, hw in (("db.t", 100), ("db.u", 200)):
+        state.write_finished_snapshot(finished(table, hw))
+        state.write_table_schema(table, {"table": table})
+    state.write_seed(build_seed(state.finished_tables()))
+    state.add_streamed_tables(["db.t", "db.u"])
+    state.record_schema_changes([SchemaChange("truncate", TableId.parse("db.u"), "TRUNCATE u",
+                                              position=EventPosition("b.000002", 300)),
+                                 SchemaChange("truncate", TableId.parse("db.t"), "TRUNCATE t",
+                                              position=EventPosition("b.000002", 400))])
+
+    def config(tables: str):
+        path = tmp_path / "shop.yaml"
+        path.write_text(f"source: {{conn_id: src, tables: {tables}}}\nstate: {{path: {tmp_path / 'state'}}}\n")
+        return load_config(path)
+
+    return config, state
+
+
+def test_the_table_leaves_the_seed_the_streamed_list_and_the_schema_changes(pipeline, tmp_path):
+    config, state = pipeline
+    done = uncapture(config("[db.t]"), state, "db.u", now=1_800_000_000)
+    assert done.archive == str(tmp_path / "state" / "uncaptured" / "db.u-1800000000000")
+    assert list(state.read_seed().tables) == ["db.t"] and state.read_seed().start == BinlogOffset("b.000002", 100)
+    assert state.streamed_tables() == {"db.t"} and captured_tables_in(state) == {"db.t"}
+    assert [str(c.table) for c in state.schema_changes()] == ["db.t"]
+    archived = state.read_json("uncaptured/db.u-1800000000000/uncaptured.json")
+    assert [c["statement"] for c in archived["schema_changes"]] == ["TRUNCATE u"]
+    assert state.read_json("uncaptured/db.u-1800000000000/state/snapshot.json")["table"] == "db.u"
+
+
+@pytest.mark.parametrize("tables, table, problem", [
+    ("[db.t, db.u]", "db.u", "source.tables still captures db.u (through 'db.u'): take it out of source.tables first"),
+    ("['db.*']", "db.u", "source.tables still captures db.u (through 'db.*')"),
+    ("[db.t]", "db.v", "--table db.v: not a table this pipeline has captured (did you mean 'db.u'?); it has "
+                       "captured: db.t, db.u"),
+])
+def test_refused_while_the_table_is_still_captured_or_was_never(pipeline, tables, table, problem):
+    config, state = pipeline
+    with pytest.raises(UncaptureError) as exc:
+        uncapture(config(tables), state, table)
+    assert problem in str(exc.value), str(exc.value)
+    assert captured_tables_in(state) == {"db.t", "db.u"}
+
+
+def test_refused_while_a_stream_runs_or_a_snapshot_of_it_is_under_way(pipeline):
+    config, state = pipeline
+    state.write_status(StreamStatus("running", "continuous"))
+    with pytest.raises(UncaptureError, match="is running and reads db.u: stop it first"):
+        uncapture(config("[db.t]"), state, "db.u")
+    state.write_planned_snapshot(PlannedSnapshot("db.u", 2, "shop_cdc", "manual__1"))
+    with pytest.raises(UncaptureError, match="a snapshot of db.u is planned or under way"):
+        uncapture(config("[db.t]"), state, "db.u", now=time.time() + 86400)  # a killed stream's stale heartbeat
+    assert captured_tables_in(state) == {"db.t", "db.u"}
+
+
+def test_refused_for_the_streams_only_table(pipeline):
+    config, state = pipeline
+    uncapture(config("[db.t]"), state, "db.u")
+    with pytest.raises(UncaptureError, match="db.t is the only table the stream reads.*new state.path"):
+        uncapture(config("[db.v]"), state, "db.t")
