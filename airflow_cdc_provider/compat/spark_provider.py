@@ -159,15 +159,21 @@ def line_level(line: str) -> str:
     return _LEVELS[(m.group("log") or m.group("unified")).upper()]
 
 
+# the time a JVM (log4j) or job (Python logging) line starts with: the task log stamps every line already
+_LINE_TIME = re.compile(r"^(?:\d\d/\d\d/\d\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (?=[A-Z])")
+
+
 class _OutputAtItsLevel:
-    """The hook's logger, except that each output line it logs at info goes out at the line's own level."""
+    """The hook's logger, except that each output line it logs at info goes out at the line's own level,
+    without the time it starts with (the task log's own stamp is the one that reads in order)."""
 
     def __init__(self, log: Any) -> None:
         self._inner = log
 
     def info(self, msg: Any, *args: Any, **kwargs: Any) -> Any:
-        level = line_level(msg) if isinstance(msg, str) and not args else "info"
-        return getattr(self._inner, level)(msg, *args, **kwargs)
+        if not isinstance(msg, str) or args:
+            return self._inner.info(msg, *args, **kwargs)
+        return getattr(self._inner, line_level(msg))(_LINE_TIME.sub("", msg, count=1), **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)

@@ -107,3 +107,7 @@ def test_spark_output_lines_are_logged_at_their_own_level():
     hook.log.warning("a warning of the hook's own")
     assert [level for level, _ in calls] == ["warning", "error", "debug", "info", "warning", "info", "warning",
                                              "debug", "debug", "warning"]
+    # the task log stamps each line: the line's own time is left out
+    assert [msg for _, msg in calls][:4] == [
+        "WARN Utils: Your hostname resolves to a loopback address", "ERROR Executor: Exception in task 0.0",
+        "INFO SparkContext: x", "INFO airflow_cdc.job: Spark session ready"]
