@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import os
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -51,7 +52,7 @@ def _print_plan(plan: ChunkPlan, title: str, snapshotted: Sequence[str] = ()) ->
     print(title)
     for schema in plan.schemas:
         chunks = [c for c in plan.chunks if c.table == schema.table]
-        done = ("  (snapshotted already: a run streams its changes; these are the chunks a resnapshot would read)"
+        done = ("  (snapshotted already: these are the chunks a re-snapshot would read)"
                 if str(schema.table) in snapshotted else "")
         print(f"\n{schema.table}  key ({', '.join(schema.key_columns)})  {len(chunks)} chunk(s){done}")
         for c in chunks:
@@ -216,8 +217,12 @@ def unsafe_output(output: str) -> str | None:
     """Why writing a table over ``output`` could destroy something, if it could: Spark's overwrite empties the
     directory first, which is right for an earlier materialize (its ``_SUCCESS`` marker says so) and wrong for
     anything else."""
+    if output.startswith("file:"):
+        output = "/" + output[len("file:"):].lstrip("/")
+    elif re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", output):  # a remote filesystem: Spark's to check
+        return None
     path = Path(output)
-    if "://" in output or not path.exists():
+    if not path.exists():
         return None
     if not path.is_dir():
         return "is a file; give a directory to write the table's parquet files into"
@@ -308,7 +313,7 @@ def cmd_uncapture(args: argparse.Namespace) -> int:
 
     try:
         cfg = load_config(args.config)
-        done = uncapture(cfg, resolve_state(cfg), args.table)
+        done = uncapture(cfg, resolve_state(cfg), args.table, force=args.force)
     except (ConfigError, UncaptureError) as exc:
         return _fail(str(exc).splitlines())
     print(done.describe())
@@ -436,6 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
     uc = sub.add_parser("uncapture", help="stop streaming a table taken out of source.tables (its sink data stays)")
     uc.add_argument("config", help="pipeline YAML file")
     uc.add_argument("--table", required=True, help="db.table, no longer in source.tables")
+    uc.add_argument("--force", action="store_true", help="even though a snapshot of it was planned (its run failed)")
     uc.set_defaults(func=cmd_uncapture)
     mt = sub.add_parser("maintain", help="compact and vacuum the Delta tables of a delta pipeline")
     mt.add_argument("config", help="pipeline YAML file")

@@ -100,11 +100,16 @@ class PlanChunksOperator(BaseOperator):
         under_way: dict[str, PlannedSnapshot] | None = None
         decided: dict[str, bool] = {}
 
+        # a table taken out (airflow-cdc uncapture) and captured again: its sink holds the rows of before, so it is
+        # snapshotted whatever the startup mode
+        recaptured = set() if backfill else p.state.uncaptured_tables() - set(finished)
+
         def needs_snapshot(schema) -> bool:
             nonlocal under_way
             name = str(schema.table)
             if name not in decided:
-                wanted = name in resnapshot or name in resyncs or (snapshot_first and name not in finished)
+                wanted = name in resnapshot or name in resyncs or name in recaptured or \
+                    (snapshot_first and name not in finished)
                 if wanted and name not in resnapshot and under_way is None:
                     under_way = snapshots_under_way(context, p.state.planned_snapshots())
                 decided[name] = wanted and (name in resnapshot or name not in (under_way or {}))

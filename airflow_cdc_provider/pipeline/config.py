@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
+import json
 import functools
 import re
 import types
@@ -459,7 +460,8 @@ def _message(error: Mapping[str, Any], root: Any) -> str:
             return f"{path}: required section is missing (it needs {', '.join(needs)})"
         return f"{path}: required key is missing"
     if kind == "list_type" and isinstance(value, (str, int, float)):  # one item written without the brackets
-        text = f"must be a list, {got}: write it as [{value}], or one '- {value}' line per item below the key"
+        item = json.dumps(value)
+        text = f"must be a list, {got}: write it as [{item}], or one '- {item}' line per item below the key"
     elif kind in _TYPE_NAMES:
         text = f"must be {_TYPE_NAMES[kind]}, {got}"
     elif kind == "greater_than":

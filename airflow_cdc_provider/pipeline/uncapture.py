@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, replace
 
 from airflow_cdc_provider.pipeline.config import PipelineConfig
+from airflow_cdc_provider.pipeline.stream_watch import lease_alive
 from airflow_cdc_provider.state.records import RUNNING_STATES
 from airflow_cdc_provider.state.store import StateStore, table_dir_name
 
@@ -44,9 +45,11 @@ def matching_patterns(config: PipelineConfig, table: str) -> list[str]:
             if (p == table if is_exact(p) else compile_pattern(p).fullmatch(table) is not None)]
 
 
-def uncapture(config: PipelineConfig, state: StateStore, table: str, now: float | None = None) -> Uncaptured:
+def uncapture(config: PipelineConfig, state: StateStore, table: str, now: float | None = None,
+              force: bool = False) -> Uncaptured:
     """Take ``table`` out of the pipeline's state, once nothing could still read it: ``source.tables`` no longer
-    matches it, no stream runs, no snapshot of it is under way, and the stream keeps another table to read."""
+    matches it, no stream runs or launches, no snapshot of it is planned (``force``: its run failed), and the
+    stream keeps another table to read."""
     from airflow_cdc_provider.pipeline.resolve import captured_tables_in
 
     where = config.where
@@ -64,23 +67,28 @@ def uncapture(config: PipelineConfig, state: StateStore, table: str, now: float 
             "it out of source.tables first (a pattern can exclude it: 're:...' with a negative lookahead), then run "
             "this again")
     now = time.time() if now is None else now
-    status = state.read_status()
-    if status is not None and status.state in RUNNING_STATES and \
-            now - status.updated_at < config.stream.heartbeat_timeout:
+    status, lease = state.read_status(), state.read_lease()
+    timeout = config.stream.heartbeat_timeout
+    beating = status is not None and status.state in RUNNING_STATES and now - status.updated_at < timeout
+    if beating or (lease is not None and lease_alive(lease, status, now=now, heartbeat_timeout=timeout, alive=None)):
         raise UncaptureError(
-            f"{where}: the stream of {config.dag_id} is running and reads {table}: stop it first (airflow-cdc stop "
-            f"{where} --wait 120; a running DAG run's stream task then ends), run this again, then trigger the DAG")
-    if state.planned_snapshot(table) is not None:
+            f"{where}: the stream of {config.dag_id} is running or launching and reads {table}: stop it first "
+            f"(airflow-cdc stop {where} --wait 120; a running DAG run's stream task then ends), run this again, then "
+            "trigger the DAG")
+    planned = state.planned_snapshot(table)
+    if planned is not None and not force:
         raise UncaptureError(
-            f"{where}: a snapshot of {table} is planned or under way: let its DAG run finish (or mark it failed), "
-            "then run this again")
+            f"{where}: a snapshot of {table} (epoch {planned.epoch}) was planned by DAG run {planned.run_id} and has not "
+            "finished: let that run finish, or, if it failed or was abandoned, run this again with --force")
     seed = state.read_seed()
-    if seed is not None and set(seed.tables) == {table}:
+    others = (set(seed.tables) if seed else set()) | state.streamed_tables() | set(state.finished_tables())
+    if not others - {table}:
         raise UncaptureError(
             f"{where}: {table} is the only table the stream reads; a pipeline without it starts over: give it a new "
             "state.path instead (every table in source.tables is snapshotted again)")
-    archive = f"uncaptured/{table_dir_name(table)}-{int(now * 1000)}"
-    state.forget_table(table, archive)
+    # the lists the stream reads first: a crash half way leaves the table's state in place, and this can run again
     if seed is not None and table in seed.tables:
         state.write_seed(replace(seed, tables={t: s for t, s in seed.tables.items() if t != table}))
+    archive = f"uncaptured/{table_dir_name(table)}-{int(now * 1000)}"
+    state.forget_table(table, archive)
     return Uncaptured(table, state.location(archive))

@@ -125,9 +125,13 @@ class BinlogMap:
                 return
 
     def average_event_bytes(self, at: BinlogOffset) -> float:
-        try:
-            rows = self._events(at.file, at.pos, 0, _SAMPLE_EVENTS)
-        except UnreadableEvents:
+        for sample in (_SAMPLE_EVENTS, _SAMPLE_EVENTS // 16, 2):  # fewer where an unlistable event is near
+            try:
+                rows = self._events(at.file, at.pos, 0, sample)
+                break
+            except UnreadableEvents:
+                continue
+        else:
             return float("inf")
         if not rows:
             return float("inf")

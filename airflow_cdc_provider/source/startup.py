@@ -104,7 +104,8 @@ def _gtid_list(conn: Any, file: str) -> dict[tuple[int, int], int] | None:
 
 def _gtid_scan_start(conn: Any, files: list[str], gtid: str) -> BinlogOffset:
     """The last file whose ``Gtid_list`` does not hold ``gtid`` already (a server's sequence numbers in a domain
-    only grow): the transaction is in it or later."""
+    only grow, unless set back without ``gtid_strict_mode``: a scan from here that finds nothing looks again from
+    the oldest file): the transaction is in it or later."""
     try:
         domain, server, seq = (int(x) for x in gtid.split("-"))
     except ValueError:
@@ -267,7 +268,10 @@ def _resolve(mode: str | dict[str, Any], settings: ConnectionSettings, conn: Any
         g = str(mode["gtid"]).strip()
         if "," in g:
             raise StartupError("stream.startup gtid: give one GTID (domain-server-seq); multi-domain sets are not supported")
-        found = _scan(settings, server_id, _gtid_scan_start(conn, [f for f, _ in files], g), gtid=g)
+        start = _gtid_scan_start(conn, [f for f, _ in files], g)
+        found = _scan(settings, server_id, start, gtid=g)
+        if not found and start != earliest:  # a sequence number set back (no gtid_strict_mode): the whole binlog
+            found = _scan(settings, server_id, earliest, gtid=g)
         if not found:
             raise StartupError(f"stream.startup gtid {g!r} is not in the binlogs still on the server")
         return found

@@ -326,21 +326,32 @@ class StateStore:
     def forget_table(self, table: str, archive: str) -> None:
         """Move ``table``'s own state to ``archive`` and drop it from the stream's lists (``pipeline.uncapture``):
         to this store it is then a table never captured. Its schema changes are kept in the archive."""
-        own = f"tables/{table_dir_name(table)}"
+        streamed = self.streamed_tables()
+        if table in streamed:
+            self.write_json(self.STREAMED, sorted(streamed - {table}))
+        status = self.read_json(self.STATUS)
+        if status and (table in (status.get("epochs") or {}) or table in (status.get("tables") or [])):
+            # the last query's epochs: kept, the table's would pass for the epoch a new snapshot of it follows
+            status["epochs"] = {t: e for t, e in (status.get("epochs") or {}).items() if t != table}
+            status["tables"] = [t for t in status.get("tables") or [] if t != table]
+            self.write_json(self.STATUS, status)  # its heartbeat time unchanged
+        overlapped = self.read_overlapped_epochs()
+        if table in overlapped:
+            self.write_overlapped_epochs({t: r for t, r in overlapped.items() if t != table})
         changes = self.schema_changes()
-        if self.exists(own) or self.storage.listdir(own):
-            self.storage.rename(own, f"{archive}/state")
         self.write_json(f"{archive}/uncaptured.json", {
             "table": table, "uncaptured_at": time.time(),
             "schema_changes": [c.to_dict() for c in changes if str(c.table) == table]})
         if any(str(c.table) == table for c in changes):
             self.write_json(self.SCHEMA_CHANGES, [c.to_dict() for c in changes if str(c.table) != table])
-        streamed = self.streamed_tables()
-        if table in streamed:
-            self.write_json(self.STREAMED, sorted(streamed - {table}))
-        overlapped = self.read_overlapped_epochs()
-        if table in overlapped:
-            self.write_overlapped_epochs({t: r for t, r in overlapped.items() if t != table})
+        own = f"tables/{table_dir_name(table)}"
+        if self.exists(own) or self.storage.listdir(own):
+            self.storage.rename(own, f"{archive}/state")
+
+    def uncaptured_tables(self) -> set[str]:
+        """The tables ``forget_table`` took out: captured again, each needs a snapshot, whatever the startup mode."""
+        return {data["table"] for name in self.storage.listdir("uncaptured")
+                if (data := self.read_json(f"uncaptured/{name}/uncaptured.json"))}
 
     # -- the sink the state is of -----------------------------------------------------------------
     SINK = "sink.json"

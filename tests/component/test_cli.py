@@ -204,7 +204,8 @@ def test_materialize_refuses_to_empty_a_directory_it_did_not_write(pipeline, sou
     (tmp_path / "file.parquet").write_text("mine")
     for output, problem in ((tmp_path / "home", "is a directory with files that an earlier materialize did not "
                                                 "write (no _SUCCESS marker); it would be emptied first"),
-                            (tmp_path / "file.parquet", "is a file")):
+                            (tmp_path / "file.parquet", "is a file"),
+                            (f"file://{tmp_path / 'home'}", "is a directory with files that an earlier materialize")):
         res = subprocess.run([CLI, "materialize", str(config), "--table", source_db.table("orders"), "--output",
                               str(output)], capture_output=True, text=True, env=envs, timeout=120)
         assert res.returncode != 0 and f"--output {output}: {problem}" in res.stderr, res.stderr

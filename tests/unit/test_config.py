@@ -117,9 +117,9 @@ def test_errors_name_file_and_key(tmp_path, text, expected):
         (GOOD.replace("chunk_size: 500", "even_distribution_lower_bound: 1.5"),
          "pipe.yaml: snapshot.even_distribution_lower_bound: must be at most 1"),
         (GOOD + "state: [x]\n", "pipe.yaml: state: must be a mapping, got list ['x']"),
-        (GOOD + "tags: cdc\n", "pipe.yaml: tags: must be a list, got str 'cdc': write it as [cdc]"),
+        (GOOD + "tags: cdc\n", "pipe.yaml: tags: must be a list, got str 'cdc': write it as [\"cdc\"]"),
         (GOOD.replace("[shop.orders]", "shop.orders"), "pipe.yaml: source.tables: must be a list, got str "
-         "'shop.orders': write it as [shop.orders], or one '- shop.orders' line per item below the key"),
+         "'shop.orders': write it as [\"shop.orders\"], or one '- \"shop.orders\"' line per item below the key"),
     ],
 )
 def test_more_errors_name_file_and_key(tmp_path, text, expected):
