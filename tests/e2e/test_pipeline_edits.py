@@ -15,7 +15,7 @@ from airflow_cdc_provider.hooks.spark_job import process_alive
 from airflow_cdc_provider.state.store import StateStore, table_dir_name
 from airflow_cdc_provider.testing.airflow_run import BackgroundDagRun, run_dag
 
-from .cdc_helpers import parquet_sink, sink_rows, source_rows, stream_state, table_types, wait_until, write_pipeline
+from .cdc_helpers import jdbc_sink, parquet_sink, sink_rows, source_rows, stream_state, table_types, wait_until, write_pipeline
 from .test_generated_dag import make_shop
 
 CLI = str(Path(sys.executable).parent / "airflow-cdc")
@@ -122,8 +122,9 @@ def test_sink_path_changed_while_state_path_stays(airflow_home, source_db, tmp_p
     assert [orders[(i,)][2] for i in (1, 2)] == ["while moved", "while moved"]
 
 
-@pytest.mark.parametrize("startup", ["initial", "latest"])
-def test_a_table_taken_out_stops_streaming_and_comes_back_snapshotted(airflow_home, source_db, tmp_path, spark, startup):
+@pytest.mark.parametrize("startup, sink_type", [("initial", "parquet"), ("latest", "parquet"), ("initial", "jdbc")])
+def test_a_table_taken_out_stops_streaming_and_comes_back_snapshotted(airflow_home, source_db, postgres, tmp_path,
+                                                                       spark, startup, sink_type):
     """A table left out of source.tables is streamed still, until ``airflow-cdc uncapture`` takes it out of the
     state: the next run streams the other table alone and leaves the table's sink as it was, with no re-snapshot
     of anything. Added back, it is snapshotted again and its sink converges (rows deleted meanwhile are gone),
@@ -131,11 +132,24 @@ def test_a_table_taken_out_stops_streaming_and_comes_back_snapshotted(airflow_ho
     env, dags, pipelines = airflow_home
     make_shop(source_db, orders=300, customers=40)
     extra = f"stream:\n  startup: {startup}\n"
-    config = write_pipeline(pipelines, source_db, tmp_path, extra)
+    secrets, sink_yaml, sink = {}, None, parquet_sink(tmp_path)
+    if sink_type == "jdbc":
+        schema = f"s_{source_db.name}"
+        env = {**env, "AIRFLOW_CONN_PG": postgres.connection_uri()}
+        sink_yaml, sink = f"sink:\n  type: jdbc\n  conn_id: pg\n  schema: {schema}\n", jdbc_sink(postgres, schema)
+        secrets = {"source_password": source_db.settings.password, "sink_password": postgres.password}
+
+    def converged(table: str) -> bool:
+        return sink_rows(spark, sink, secrets, table_types(source_db, table)) == source_rows(source_db, table)
+
+    def write(tables=("orders", "customers")):
+        return write_pipeline(pipelines, source_db, tmp_path, extra, tables=tables, sink=sink_yaml)
+
+    config = write()
     if startup == "latest":  # changes of both tables for the sink to hold
         run_dag(env, dags, "shop_cdc", log_file=tmp_path / "run0.log")
         source_db.execute("UPDATE customers SET name = 'streamed' WHERE `customer id` <= 'c0035'")
-    sink, state = parquet_sink(tmp_path), StateStore(tmp_path / "state")
+    state = StateStore(tmp_path / "state")
     customers = source_db.table("customers")
     run1 = run_dag(env, dags, "shop_cdc", log_file=tmp_path / "run1.log")
     assert run1["state"] == "success", run1
@@ -149,7 +163,7 @@ def test_a_table_taken_out_stops_streaming_and_comes_back_snapshotted(airflow_ho
         f"airflow-cdc: error: {config}: source.tables still captures {customers} (through '{customers}'): take it "
         "out of source.tables first (a pattern can exclude it: 're:...' with a negative lookahead), then run this "
         "again"), res.stderr
-    write_pipeline(pipelines, source_db, tmp_path, extra, tables=("orders",))
+    write(tables=("orders",))
     res = uncapture()
     assert res.returncode == 0 and res.stdout.startswith(f"{customers}: no longer captured."), res.stdout + res.stderr
     assert customers not in state.read_seed().tables and customers not in state.streamed_tables()
@@ -157,7 +171,7 @@ def test_a_table_taken_out_stops_streaming_and_comes_back_snapshotted(airflow_ho
     assert uncapture().stderr.startswith(f"airflow-cdc: error: {config}: --table {customers}: not a table this "
                                          "pipeline has captured")
 
-    held = sink_rows(spark, sink, {}, table_types(source_db, "customers"))
+    held = sink_rows(spark, sink, secrets, table_types(source_db, "customers"))
     source_db.execute("UPDATE orders SET note = 'after' WHERE id <= 5")
     source_db.execute("DELETE FROM customers WHERE `customer id` >= 'c0030'")
     source_db.execute("UPDATE customers SET name = 'renamed' WHERE `customer id` <= 'c0004'")
@@ -166,18 +180,18 @@ def test_a_table_taken_out_stops_streaming_and_comes_back_snapshotted(airflow_ho
     assert [t for t in run2["tis"] if t["task_id"] == "snapshot_chunk" and t["state"] == "success"] == []
     assert state.read_status().tables == [source_db.table("orders")]
     if startup == "initial":
-        assert _converged(spark, sink, source_db, "orders")
-    assert sink_rows(spark, sink, {}, table_types(source_db, "customers")) == held
+        assert converged("orders")
+    assert sink_rows(spark, sink, secrets, table_types(source_db, "customers")) == held
     assert held != source_rows(source_db, "customers")  # the sink did not follow the changes, as asked
 
-    write_pipeline(pipelines, source_db, tmp_path, extra)
+    write()
     source_db.execute("DELETE FROM customers WHERE `customer id` = 'c0000'")
     run3 = run_dag(env, dags, "shop_cdc", log_file=tmp_path / "run3.log")
     assert run3["state"] == "success", run3
     for t in ("orders", "customers") if startup == "initial" else ("customers",):
-        assert _converged(spark, sink, source_db, t), t
+        assert converged(t), t
     source_db.execute("UPDATE customers SET name = 'streamed again' WHERE `customer id` = 'c0001'")
     run4 = run_dag(env, dags, "shop_cdc", log_file=tmp_path / "run4.log")
     assert run4["state"] == "success", run4
-    assert _converged(spark, sink, source_db, "customers")
-    assert sink_rows(spark, sink, {}, table_types(source_db, "customers"))[("c0001",)][1] == "streamed again"
+    assert converged("customers")
+    assert sink_rows(spark, sink, secrets, table_types(source_db, "customers"))[("c0001",)][1] == "streamed again"
