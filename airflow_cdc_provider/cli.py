@@ -349,14 +349,11 @@ def cmd_resnapshot(args: argparse.Namespace) -> int:
         return _fail([f"{args.config}: source: {exc}"])
     unknown = sorted(set(args.table) - set(captured))
     if unknown:
-        import difflib
+        from airflow_cdc_provider.core.hints import did_you_mean
 
-        def hint(t: str) -> str:
-            close = difflib.get_close_matches(t, sorted(captured), n=1)
-            return f" (did you mean {close[0]!r}?)" if close else ""
-
-        return _fail([f"{args.config}: --table {t}: not a table this pipeline captures{hint(t)}; it captures: "
-                      f"{', '.join(sorted(captured)) or 'none'}" for t in unknown])
+        return _fail([f"{args.config}: --table {t}: not a table this pipeline captures"
+                      f"{did_you_mean(t, sorted(captured))}; it captures: {', '.join(sorted(captured)) or 'none'}"
+                      for t in unknown])
     tables = sorted(set(args.table))
     command = [sys.executable, "-m", "airflow", "dags", "trigger", cfg.dag_id, "--conf",
                json.dumps({"resnapshot": tables}), "--output", "json"]

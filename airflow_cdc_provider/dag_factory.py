@@ -58,8 +58,9 @@ def _default_args(cfg: PipelineConfig) -> dict[str, Any]:
 def check_default_args(cfg: PipelineConfig) -> None:
     """``default_args`` as Airflow takes them: every key an operator argument, every value of its type. Airflow
     ignores an unknown key (a typo of ``retries`` gives no retries) and fails the whole DAG file on a wrong type."""
-    import difflib
     import inspect
+
+    from airflow_cdc_provider.core.hints import did_you_mean
 
     from airflow.sdk import BaseOperator
     from airflow.providers.standard.operators.empty import EmptyOperator
@@ -67,9 +68,8 @@ def check_default_args(cfg: PipelineConfig) -> None:
     known = [n for n in inspect.signature(BaseOperator.__init__).parameters if n not in ("self", "kwargs")]
     for key in cfg.default_args:
         if key not in known:
-            hint = difflib.get_close_matches(key, known, n=1)
             raise ConfigError(f"{cfg.where}: default_args.{key}: not an operator argument Airflow knows"
-                              + (f" (did you mean {hint[0]!r}?)" if hint else ""))
+                              + did_you_mean(key, known))
     try:
         EmptyOperator(task_id="check_default_args", **_default_args(cfg))
     except (TypeError, ValueError) as exc:

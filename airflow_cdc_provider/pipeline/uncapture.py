@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
+from airflow_cdc_provider.core.hints import did_you_mean
 from airflow_cdc_provider.pipeline.config import PipelineConfig
 from airflow_cdc_provider.pipeline.stream_watch import lease_alive
 from airflow_cdc_provider.state.records import RUNNING_STATES
@@ -55,11 +56,8 @@ def uncapture(config: PipelineConfig, state: StateStore, table: str, now: float 
     where = config.where
     captured = captured_tables_in(state)
     if table not in captured:
-        import difflib
-
-        close = difflib.get_close_matches(table, sorted(captured), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise UncaptureError(f"{where}: --table {table}: not a table this pipeline has captured{hint}; it has "
+        raise UncaptureError(f"{where}: --table {table}: not a table this pipeline has captured"
+                             f"{did_you_mean(table, sorted(captured))}; it has "
                              f"captured: {', '.join(sorted(captured)) or 'none'}")
     if patterns := matching_patterns(config, table):
         raise UncaptureError(

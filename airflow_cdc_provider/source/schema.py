@@ -178,6 +178,8 @@ def discover(conn: Any, patterns: Sequence[str]) -> list[TableId]:
 def _unknown_table_message(name: str, available: Iterable[TableId]) -> str:
     import difflib
 
+    from airflow_cdc_provider.core.hints import did_you_mean
+
     db = name.partition(".")[0]
     dbs = {t.database for t in available}
     if db not in dbs:
@@ -186,9 +188,8 @@ def _unknown_table_message(name: str, available: Iterable[TableId]) -> str:
             f"unknown table {name!r}: database {db!r} does not exist or the user cannot see it"
             + (f" (did you mean database {hint[0]!r}?)" if hint else "")
         )
-    hint = difflib.get_close_matches(name, [str(t) for t in available], n=1)
     table = TableId.parse(name)
-    return (f"unknown table {name!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "") + ": it does not exist, or "
+    return (f"unknown table {name!r}" + did_you_mean(name, [str(t) for t in available]) + ": it does not exist, or "
             f"the connection's user cannot see it (GRANT SELECT ON `{table.database}`.`{table.table}` TO that user); "
             "check source.tables")
 

@@ -55,20 +55,25 @@ def _timestamp(value: Any) -> float:
     return t.timestamp()
 
 
-def _scan(settings: ConnectionSettings, server_id: int, first: BinlogOffset, *, gtid: str | None = None,
-          after_ts: float | None = None) -> dict[str, Any] | None:
+def _events_reader(settings: ConnectionSettings, server_id: int, at: BinlogOffset, only_events: list):
+    """A non-blocking replication reader of ``only_events`` from ``at`` (no rows are decoded: table maps only
+    need their ids)."""
     from pymysqlreplication import BinLogStreamReader
-    from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
 
     from airflow_cdc_provider.source.connection import SourceConnection
 
-    stream = BinLogStreamReader(
-        connection_settings=settings.replication_kwargs(), server_id=server_id, log_file=first.file,
-        log_pos=first.pos, resume_stream=True, blocking=False,
-        only_events=[MariadbGtidEvent, XidEvent, QueryEvent], is_mariadb=False, enable_logging=False,
-        freeze_schema=True,  # no rows are decoded here: table maps only need their ids
-        pymysql_wrapper=SourceConnection,
+    return BinLogStreamReader(
+        connection_settings=settings.replication_kwargs(), server_id=server_id, log_file=at.file, log_pos=at.pos,
+        resume_stream=True, blocking=False, only_events=only_events, is_mariadb=False, enable_logging=False,
+        freeze_schema=True, pymysql_wrapper=SourceConnection,
     )
+
+
+def _scan(settings: ConnectionSettings, server_id: int, first: BinlogOffset, *, gtid: str | None = None,
+          after_ts: float | None = None) -> dict[str, Any] | None:
+    from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
+
+    stream = _events_reader(settings, server_id, first, [MariadbGtidEvent, XidEvent, QueryEvent])
     boundary = first
     found_gtid = False
     try:
@@ -121,16 +126,9 @@ def _gtid_scan_start(conn: Any, files: list[str], gtid: str) -> BinlogOffset:
 
 def _file_started_at(settings: ConnectionSettings, server_id: int, file: str) -> int | None:
     """The time ``file`` was opened: its format description event's timestamp."""
-    from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.event import FormatDescriptionEvent
 
-    from airflow_cdc_provider.source.connection import SourceConnection
-
-    stream = BinLogStreamReader(
-        connection_settings=settings.replication_kwargs(), server_id=server_id, log_file=file, log_pos=4,
-        resume_stream=True, blocking=False, only_events=[FormatDescriptionEvent], is_mariadb=False,
-        enable_logging=False, freeze_schema=True, pymysql_wrapper=SourceConnection,
-    )
+    stream = _events_reader(settings, server_id, BinlogOffset(file, 4), [FormatDescriptionEvent])
     try:
         for ev in stream:
             if isinstance(ev, FormatDescriptionEvent):

@@ -393,7 +393,7 @@ def check_generated_columns(conn: Any, schema: TableSchema) -> list[str]:
 def check_table_keys(keys: Collection[str], setting: str, captured: Sequence[str]) -> list[str]:
     """The keys of a per-table setting, table patterns as in ``source.tables``, that name or match none of the
     ``captured`` tables: a typo would leave the table with the default without a word."""
-    import difflib
+    from airflow_cdc_provider.core.hints import did_you_mean
 
     problems = []
     for key in keys:
@@ -406,9 +406,7 @@ def check_table_keys(keys: Collection[str], setting: str, captured: Sequence[str
             if any(rx.fullmatch(t) for t in captured):
                 continue
             problem = f"pattern {key!r} matches none of the captured tables"
-        hint = difflib.get_close_matches(key, captured, n=1)
-        problems.append(f"{setting}[{key!r}]: {problem}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
-                        + "; check source.tables")
+        problems.append(f"{setting}[{key!r}]: {problem}{did_you_mean(key, captured)}; check source.tables")
     return problems
 
 
