@@ -48,12 +48,15 @@ def _fail(messages: Sequence[str]) -> int:
     return EXIT_USAGE
 
 
-def _print_plan(plan: ChunkPlan, title: str, snapshotted: Sequence[str] = ()) -> None:
+def _print_plan(plan: ChunkPlan, title: str, snapshotted: Sequence[str] = (),
+                due: dict[str, str] | None = None) -> None:
     print(title)
     for schema in plan.schemas:
         chunks = [c for c in plan.chunks if c.table == schema.table]
-        done = ("  (snapshotted already: these are the chunks a re-snapshot would read)"
-                if str(schema.table) in snapshotted else "")
+        name = str(schema.table)
+        done = (f"  (the next run re-snapshots it: {due[name]})" if due and name in due
+                else "  (snapshotted already: these are the chunks a re-snapshot would read)" if name in snapshotted
+                else "")
         print(f"\n{schema.table}  key ({', '.join(schema.key_columns)})  {len(chunks)} chunk(s){done}")
         for c in chunks:
             lo = "(-inf" if c.start is None else f"[{format_key(c.start)}"
@@ -102,14 +105,27 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return _fail([f"{where}: {exc}"])
     finished = pipeline.state.finished_tables()
     snapshotted = [str(s.table) for s in plan.schemas if str(s.table) in finished]
+    due = _snapshots_due(pipeline, finished)
     if args.json:
         json.dump({"dag_id": cfg.dag_id, "chunk_size": cfg.snapshot.chunk_size, **plan.to_dict(),
-                   "snapshotted": snapshotted}, sys.stdout, indent=2)
+                   "snapshotted": snapshotted, "snapshot_due": due}, sys.stdout, indent=2)
         print()
     else:
         _print_plan(plan, f"Chunk plan of {cfg.dag_id} (source {settings.describe()}, chunk_size {cfg.snapshot.chunk_size})",
-                    snapshotted)
+                    snapshotted, due)
     return 0
+
+
+def _snapshots_due(pipeline, finished) -> dict[str, str]:
+    """The tables the next run snapshots whatever they hold, with why, as the plan task decides it: a pending
+    resync (a schema change the stream could not apply in place, a drop followed by a table of the name) or a
+    table captured again after ``uncapture``."""
+    from airflow_cdc_provider.pipeline.table_schemas import resnapshots_due
+
+    due = {name: change.describe() for name, change in resnapshots_due(pipeline.state, pipeline.source_tables).items()}
+    for name in sorted(pipeline.state.uncaptured_tables() - set(finished) - set(due)):
+        due[name] = "taken out by airflow-cdc uncapture and captured again; its sink holds the rows of before"
+    return due
 
 
 def _spark_pipeline(args: argparse.Namespace):

@@ -231,3 +231,23 @@ def test_output_cut_short_by_its_reader_ends_without_a_traceback(pipeline, sourc
     res = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "AIRFLOW_HOME": str(tmp_path), **env})
     assert len(res.stdout) == 10 and "Traceback" not in res.stderr and "BrokenPipe" not in res.stderr, res.stderr
+
+
+def test_plan_names_a_table_whose_re_snapshot_is_due(pipeline, source_db, tmp_path):
+    """A table snapshotted already but holding a pending resync is shown as what the next run re-snapshots, not
+    as snapshotted already."""
+    from airflow_cdc_provider.core.chunks import TableId
+    from airflow_cdc_provider.core.schema_changes import RESYNC, SchemaChange
+    from airflow_cdc_provider.state.store import StateStore
+
+    write, env = pipeline
+    table = source_db.table("orders")
+    config = write([table], f"state:\n  path: {tmp_path / 'state'}\n")
+    StateStore(tmp_path / "state").record_schema_changes([SchemaChange(
+        RESYNC, TableId(*table.split(".")), "ALTER TABLE orders MODIFY amount TINYINT", "narrows amount")])
+    res = run(config, env_extra=env)
+    assert res.returncode == 0, res.stderr
+    assert f"{table}  key (id)  3 chunk(s)  (the next run re-snapshots it: resync of {table} (narrows amount)" \
+        in res.stdout
+    due = json.loads(run(config, "--json", env_extra=env).stdout)["snapshot_due"]
+    assert list(due) == [table] and "narrows amount" in due[table]
