@@ -105,7 +105,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return _fail([f"{where}: {exc}"])
     finished = pipeline.state.finished_tables()
     snapshotted = [str(s.table) for s in plan.schemas if str(s.table) in finished]
-    due = _snapshots_due(pipeline, finished)
+    due = _snapshots_due(pipeline, plan)
     if args.json:
         json.dump({"dag_id": cfg.dag_id, "chunk_size": cfg.snapshot.chunk_size, **plan.to_dict(),
                    "snapshotted": snapshotted, "snapshot_due": due}, sys.stdout, indent=2)
@@ -116,14 +116,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _snapshots_due(pipeline, finished) -> dict[str, str]:
-    """The tables the next run snapshots whatever they hold, with why, as the plan task decides it: a pending
-    resync (a schema change the stream could not apply in place, a drop followed by a table of the name) or a
-    table captured again after ``uncapture``."""
+def _snapshots_due(pipeline, plan: ChunkPlan) -> dict[str, str]:
+    """The tables of ``plan`` the next run snapshots whatever they hold, with why, as the plan task decides it: a
+    pending resync (a schema change the stream could not apply in place, a drop followed by a table of the name)
+    or a table captured again after ``uncapture``."""
     from airflow_cdc_provider.pipeline.table_schemas import resnapshots_due
 
-    due = {name: change.describe() for name, change in resnapshots_due(pipeline.state, pipeline.source_tables).items()}
-    for name in sorted(pipeline.state.uncaptured_tables() - set(finished) - set(due)):
+    planned = {str(s.table) for s in plan.schemas}
+    due = {name: change.describe() for name, change in resnapshots_due(pipeline.state, pipeline.source_tables).items()
+           if name in planned}
+    for name in sorted(pipeline.state.recaptured_tables() & planned - set(due)):
         due[name] = "taken out by airflow-cdc uncapture and captured again; its sink holds the rows of before"
     return due
 

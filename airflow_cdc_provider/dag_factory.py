@@ -86,6 +86,7 @@ def doc_md(cfg: PipelineConfig) -> str:
         f"* **sink**: `{sink.type}` {getattr(sink, 'path', None) or getattr(sink, 'conn_id', None) or '(default path)'}\n"
         f"* defined in `{cfg.path}`\n\n"
         "Re-snapshot a table: trigger with conf `{\"resnapshot\": [\"db.table\"]}`. "
+        "Stop capturing a table taken out of `source.tables`: `{\"uncapture\": [\"db.table\"]}`. "
         "Check the sink: `airflow-cdc verify <this yaml>`."
     )
 

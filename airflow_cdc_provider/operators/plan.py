@@ -51,7 +51,8 @@ class PlanChunksOperator(BaseOperator):
     """Split the tables that need a snapshot into key-range chunks; return one spec per mapped chunk task.
 
     A table needs a snapshot unless the state store holds a finished one; ``dag_run.conf["resnapshot"]``
-    (a list of ``db.table``) forces one. With ``stream.startup`` other than ``initial`` no table is snapshotted
+    (a list of ``db.table``) forces one; ``dag_run.conf["uncapture"]`` takes tables left out of ``source.tables``
+    out of the pipeline first (``airflow-cdc uncapture``). With ``stream.startup`` other than ``initial`` no table is snapshotted
     unless named there: the first run records where the stream starts (``latest``: the position now), so no
     change between this run's start and the stream's launch is missed. The list never exceeds ``[core] max_map_length``: chunks are
     grouped into more per task when there are more. The per-table plan (epoch, chunk count) goes to XCom key
@@ -80,6 +81,7 @@ class PlanChunksOperator(BaseOperator):
             raise AirflowFailException("\n".join(moved))
         claim_sink(p)
         conf_run = (context.get("dag_run").conf or {}) if context.get("dag_run") else {}
+        self._uncapture(context, p, conf_run.get("uncapture"))
         resnapshot = set(conf_run.get("resnapshot") or [])
         max_tasks = self.max_tasks or conf.getint("core", "max_map_length", fallback=1024)
         finished = p.state.finished_tables()
@@ -102,7 +104,7 @@ class PlanChunksOperator(BaseOperator):
 
         # a table taken out (airflow-cdc uncapture) and captured again: its sink holds the rows of before, so it is
         # snapshotted whatever the startup mode
-        recaptured = set() if backfill else p.state.uncaptured_tables() - set(finished)
+        recaptured = set() if backfill else p.state.recaptured_tables()
 
         def needs_snapshot(schema) -> bool:
             nonlocal under_way
@@ -145,6 +147,36 @@ class PlanChunksOperator(BaseOperator):
         self.log.info("snapshot of %d table(s) in %d chunk(s), %d task(s); already finished: %s",
                       len(todo), len(chunks), len(tasks), sorted(set(finished) - set(per_table)) or "none")
         return [ChunkTask([replace(c, epoch=epoch) for c in t.chunks]).to_dict() for t in tasks]
+
+    def _uncapture(self, context: Any, p, tables: Any) -> None:
+        """``dag_run.conf["uncapture"]``: the tables to take out of the pipeline, as ``airflow-cdc uncapture`` does,
+        before anything is planned. A table taken out already (this task's earlier try) is left as it is."""
+        if not tables:
+            return
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from airflow_cdc_provider.pipeline.uncapture import DAG_RUN_CONF, UncaptureError, held_tables, uncapture
+
+        if isinstance(tables, str):
+            tables = [tables]
+        if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables):
+            raise AirflowFailException(f"dag_run.conf uncapture: {tables!r} is not a list of tables; give "
+                                       "{\"uncapture\": [\"db.table\", ...]}")
+        planned = p.state.planned_snapshots()
+        running = snapshots_under_way(context, planned) if planned else {}
+        if running:  # the others were planned by runs that ended without finishing them: they count no more
+            runs = sorted({f"{s.run_id} ({s.table})" for s in running.values()})
+            raise AirflowFailException(f"dag_run.conf uncapture: snapshots of DAG run(s) {', '.join(runs)} are under "
+                                       "way: let them finish, then trigger the DAG with this conf again")
+        for table in tables:
+            if table in p.state.uncaptured_tables() and table not in held_tables(p.state):
+                self.log.info("%s: taken out of the pipeline already", table)
+                continue
+            try:
+                done = uncapture(p.config, p.state, table, force=True, asker=DAG_RUN_CONF)
+            except UncaptureError as exc:
+                raise AirflowFailException(str(exc)) from None
+            self.log.warning("%s", done.describe())
 
     def _stop_a_stream_that_misses(self, p, tables: set[str], backfill: bool) -> None:
         """A running continuous stream that does not read a table about to be snapshotted (one the YAML added,

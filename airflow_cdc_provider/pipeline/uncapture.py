@@ -12,7 +12,7 @@ longer has are swept, as after any re-snapshot).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from airflow_cdc_provider.core.hints import did_you_mean
 from airflow_cdc_provider.pipeline.config import PipelineConfig
@@ -46,24 +46,43 @@ def matching_patterns(config: PipelineConfig, table: str) -> list[str]:
             if (p == table if is_exact(p) else compile_pattern(p).fullmatch(table) is not None)]
 
 
-def uncapture(config: PipelineConfig, state: StateStore, table: str, now: float | None = None,
-              force: bool = False) -> Uncaptured:
-    """Take ``table`` out of the pipeline's state, once nothing could still read it: ``source.tables`` no longer
-    matches it, no stream runs or launches, no snapshot of it is planned (``force``: its run failed), and the
-    stream keeps another table to read."""
+@dataclass(frozen=True)
+class Asker:
+    """Who asks, for the errors: how the table was named and how to ask again (the CLI, or a DAG run's conf)."""
+
+    named: str = "--table {table}"
+    again: str = "run this again"
+    after_stop: str = "run this again, then trigger the DAG"
+    forced: str = "run this again with --force"
+
+
+DAG_RUN_CONF = Asker("dag_run.conf uncapture {table}", "trigger the DAG with this conf again",
+                     "trigger the DAG with this conf again")
+
+
+def held_tables(state: StateStore) -> set[str]:
+    """The tables the pipeline's state holds: captured (snapshotted, seeded, with a saved definition) or streamed."""
     from airflow_cdc_provider.pipeline.resolve import captured_tables_in
 
+    return captured_tables_in(state) | state.streamed_tables()
+
+
+def uncapture(config: PipelineConfig, state: StateStore, table: str, now: float | None = None,
+              force: bool = False, asker: Asker = Asker()) -> Uncaptured:
+    """Take ``table`` out of the pipeline's state, once nothing could still read it: ``source.tables`` no longer
+    matches it, no stream runs or launches, no snapshot is planned (``force``: those runs failed), and the
+    stream keeps another table to read. A table an earlier uncapture took out half way is taken out again."""
     where = config.where
-    captured = captured_tables_in(state)
+    captured = held_tables(state)
     if table not in captured:
-        raise UncaptureError(f"{where}: --table {table}: not a table this pipeline has captured"
+        raise UncaptureError(f"{where}: {asker.named.format(table=table)}: not a table this pipeline has captured"
                              f"{did_you_mean(table, sorted(captured))}; it has "
                              f"captured: {', '.join(sorted(captured)) or 'none'}")
     if patterns := matching_patterns(config, table):
         raise UncaptureError(
             f"{where}: source.tables still captures {table} (through {', '.join(repr(p) for p in patterns)}): take "
-            "it out of source.tables first (a pattern can exclude it: 're:...' with a negative lookahead), then run "
-            "this again")
+            "it out of source.tables first (a pattern can exclude it: 're:...' with a negative lookahead), then "
+            f"{asker.again}")
     now = time.time() if now is None else now
     status, lease = state.read_status(), state.read_lease()
     timeout = config.stream.heartbeat_timeout
@@ -71,22 +90,19 @@ def uncapture(config: PipelineConfig, state: StateStore, table: str, now: float 
     if beating or (lease is not None and lease_alive(lease, status, now=now, heartbeat_timeout=timeout, alive=None)):
         raise UncaptureError(
             f"{where}: the stream of {config.dag_id} is running or launching and reads {table}: stop it first "
-            f"(airflow-cdc stop {where} --wait 120; a running DAG run's stream task then ends), run this again, then "
-            "trigger the DAG")
-    planned = state.planned_snapshot(table)
-    if planned is not None and not force:
+            f"(airflow-cdc stop {where} --wait 120; a running DAG run's stream task then ends), {asker.after_stop}")
+    planned = state.planned_snapshots()
+    if planned and not force:  # a run that finishes one writes the seed and the lists this rewrites
+        runs = sorted({f"{s.run_id} ({s.table}, epoch {s.epoch})" for s in planned.values()})
         raise UncaptureError(
-            f"{where}: a snapshot of {table} (epoch {planned.epoch}) was planned by DAG run {planned.run_id} and has not "
-            "finished: let that run finish, or, if it failed or was abandoned, run this again with --force")
+            f"{where}: snapshots planned by DAG run(s) {', '.join(runs)} have not finished: let those runs finish, "
+            f"or, if they failed or were abandoned, {asker.forced.format(table=table)}")
     seed = state.read_seed()
     others = (set(seed.tables) if seed else set()) | state.streamed_tables() | set(state.finished_tables())
     if not others - {table}:
         raise UncaptureError(
             f"{where}: {table} is the only table the stream reads; a pipeline without it starts over: give it a new "
             "state.path instead (every table in source.tables is snapshotted again)")
-    # the lists the stream reads first: a crash half way leaves the table's state in place, and this can run again
-    if seed is not None and table in seed.tables:
-        state.write_seed(replace(seed, tables={t: s for t, s in seed.tables.items() if t != table}))
     archive = f"uncaptured/{table_dir_name(table)}-{int(now * 1000)}"
-    state.forget_table(table, archive)
+    state.forget_table(table, archive, now)
     return Uncaptured(table, state.location(archive))

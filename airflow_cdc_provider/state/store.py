@@ -323,9 +323,23 @@ class StateStore:
     def schema_changes(self) -> list[SchemaChange]:
         return [SchemaChange.from_dict(d) for d in self.read_json(self.SCHEMA_CHANGES, [])]
 
-    def forget_table(self, table: str, archive: str) -> None:
+    def forget_table(self, table: str, archive: str, now: float) -> None:
         """Move ``table``'s own state to ``archive`` and drop it from the stream's lists (``pipeline.uncapture``):
-        to this store it is then a table never captured. Its schema changes are kept in the archive."""
+        to this store it is then a table never captured. Its schema changes are kept in the archive.
+
+        In an order a crash at any step leaves safe: first the mark (from then on, captured again, the table is
+        snapshotted: ``recaptured_tables``), then its finished snapshot (no seed built later takes it back), then
+        the seed and the lists the stream reads; running this again finishes the job."""
+        changes = self.schema_changes()
+        self.write_json(f"{archive}/uncaptured.json", {
+            "table": table, "uncaptured_at": now,
+            "schema_changes": [c.to_dict() for c in changes if str(c.table) == table]})
+        own = f"tables/{table_dir_name(table)}"
+        if self.exists(own) or self.storage.listdir(own):
+            self.storage.rename(own, f"{archive}/state")
+        seed = self.read_seed()
+        if seed is not None and table in seed.tables:
+            self.write_seed(replace(seed, tables={t: s for t, s in seed.tables.items() if t != table}))
         streamed = self.streamed_tables()
         if table in streamed:
             self.write_json(self.STREAMED, sorted(streamed - {table}))
@@ -338,20 +352,24 @@ class StateStore:
         overlapped = self.read_overlapped_epochs()
         if table in overlapped:
             self.write_overlapped_epochs({t: r for t, r in overlapped.items() if t != table})
-        changes = self.schema_changes()
-        self.write_json(f"{archive}/uncaptured.json", {
-            "table": table, "uncaptured_at": time.time(),
-            "schema_changes": [c.to_dict() for c in changes if str(c.table) == table]})
         if any(str(c.table) == table for c in changes):
             self.write_json(self.SCHEMA_CHANGES, [c.to_dict() for c in changes if str(c.table) != table])
-        own = f"tables/{table_dir_name(table)}"
-        if self.exists(own) or self.storage.listdir(own):
-            self.storage.rename(own, f"{archive}/state")
 
-    def uncaptured_tables(self) -> set[str]:
-        """The tables ``forget_table`` took out: captured again, each needs a snapshot, whatever the startup mode."""
-        return {data["table"] for name in self.storage.listdir("uncaptured")
-                if (data := self.read_json(f"uncaptured/{name}/uncaptured.json"))}
+    def uncaptured_tables(self) -> dict[str, float]:
+        """The tables ``forget_table`` took out, each with the last time it did (seconds since the epoch)."""
+        out: dict[str, float] = {}
+        for name in self.storage.listdir("uncaptured"):
+            if data := self.read_json(f"uncaptured/{name}/uncaptured.json"):
+                out[data["table"]] = max(out.get(data["table"], 0.0), float(data.get("uncaptured_at") or 0.0))
+        return out
+
+    def recaptured_tables(self) -> set[str]:
+        """The tables taken out (``uncaptured_tables``) and not snapshotted since: captured again, each needs a
+        snapshot whatever the startup mode, as its sink holds the rows of before. A finished snapshot planned
+        before the table was taken out (left by a crash half way, or a run that went on) does not count."""
+        finished = self.finished_tables()
+        return {t for t, at in self.uncaptured_tables().items()
+                if t not in finished or finished[t].epoch < at * 1000}
 
     # -- the sink the state is of -----------------------------------------------------------------
     SINK = "sink.json"

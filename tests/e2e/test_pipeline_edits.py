@@ -122,13 +122,14 @@ def test_sink_path_changed_while_state_path_stays(airflow_home, source_db, tmp_p
     assert [orders[(i,)][2] for i in (1, 2)] == ["while moved", "while moved"]
 
 
-@pytest.mark.parametrize("startup, sink_type", [("initial", "parquet"), ("latest", "parquet"), ("initial", "jdbc")])
+@pytest.mark.parametrize("startup, sink_type, route", [("initial", "parquet", "cli"), ("latest", "parquet", "conf"),
+                                                       ("initial", "jdbc", "cli")])
 def test_a_table_taken_out_stops_streaming_and_comes_back_snapshotted(airflow_home, source_db, postgres, tmp_path,
-                                                                       spark, startup, sink_type):
-    """A table left out of source.tables is streamed still, until ``airflow-cdc uncapture`` takes it out of the
-    state: the next run streams the other table alone and leaves the table's sink as it was, with no re-snapshot
-    of anything. Added back, it is snapshotted again and its sink converges (rows deleted meanwhile are gone),
-    also under a startup mode that snapshots nothing by itself."""
+                                                                       spark, startup, sink_type, route):
+    """A table left out of source.tables is streamed still, until ``airflow-cdc uncapture`` (or a DAG run with
+    conf ``{"uncapture": [...]}``) takes it out of the state: that run streams the other table alone and leaves
+    the table's sink as it was, with no re-snapshot of anything. Added back, it is snapshotted again and its sink
+    converges (rows deleted meanwhile are gone), also under a startup mode that snapshots nothing by itself."""
     env, dags, pipelines = airflow_home
     make_shop(source_db, orders=300, customers=40)
     extra = f"stream:\n  startup: {startup}\n"
@@ -158,24 +159,37 @@ def test_a_table_taken_out_stops_streaming_and_comes_back_snapshotted(airflow_ho
         return subprocess.run([CLI, "uncapture", str(config), "--table", customers], capture_output=True,
                               text=True, timeout=120, env={**os.environ, **env})
 
-    res = uncapture()
-    assert res.returncode == 2 and res.stderr.strip() == (
-        f"airflow-cdc: error: {config}: source.tables still captures {customers} (through '{customers}'): take it "
-        "out of source.tables first (a pattern can exclude it: 're:...' with a negative lookahead), then run this "
-        "again"), res.stderr
-    write(tables=("orders",))
-    res = uncapture()
-    assert res.returncode == 0 and res.stdout.startswith(f"{customers}: no longer captured."), res.stdout + res.stderr
-    assert customers not in state.read_seed().tables and customers not in state.streamed_tables()
-    assert customers not in state.read_status().tables
-    assert uncapture().stderr.startswith(f"airflow-cdc: error: {config}: --table {customers}: not a table this "
-                                         "pipeline has captured")
-
     held = sink_rows(spark, sink, secrets, table_types(source_db, "customers"))
     source_db.execute("UPDATE orders SET note = 'after' WHERE id <= 5")
     source_db.execute("DELETE FROM customers WHERE `customer id` >= 'c0030'")
     source_db.execute("UPDATE customers SET name = 'renamed' WHERE `customer id` <= 'c0004'")
-    run2 = run_dag(env, dags, "shop_cdc", log_file=tmp_path / "run2.log")
+    if route == "cli":
+        res = uncapture()
+        assert res.returncode == 2 and res.stderr.strip() == (
+            f"airflow-cdc: error: {config}: source.tables still captures {customers} (through '{customers}'): take "
+            "it out of source.tables first (a pattern can exclude it: 're:...' with a negative lookahead), then run "
+            "this again"), res.stderr
+        write(tables=("orders",))
+        res = uncapture()
+        assert res.returncode == 0 and res.stdout.startswith(f"{customers}: no longer captured."), \
+            res.stdout + res.stderr
+        assert customers not in state.read_seed().tables and customers not in state.streamed_tables()
+        assert customers not in state.read_status().tables
+        assert uncapture().stderr.startswith(f"airflow-cdc: error: {config}: --table {customers}: not a table this "
+                                             "pipeline has captured")
+        run2 = run_dag(env, dags, "shop_cdc", log_file=tmp_path / "run2.log")
+    else:  # from the Airflow UI: a DAG run's conf, refused (the run fails at its plan step) while the YAML has it
+        refused = run_dag(env, dags, "shop_cdc", conf={"uncapture": [customers]}, log_file=tmp_path / "refused.log")
+        assert refused["state"] == "failed", refused
+        assert [t["state"] for t in refused["tis"] if t["task_id"] == "plan_chunks"] == ["failed"], refused
+        assert (f"{config}: source.tables still captures {customers} (through '{customers}'): take it out of "
+                "source.tables first (a pattern can exclude it: 're:...' with a negative lookahead), then trigger the "
+                "DAG with this conf again") in (tmp_path / "refused.log").read_text()
+        assert customers in state.streamed_tables()
+        write(tables=("orders",))
+        run2 = run_dag(env, dags, "shop_cdc", conf={"uncapture": [customers]}, log_file=tmp_path / "run2.log")
+        assert f"{customers}: no longer captured." in (tmp_path / "run2.log").read_text()
+        assert customers not in state.read_seed().tables and customers not in state.streamed_tables()
     assert run2["state"] == "success", run2
     assert [t for t in run2["tis"] if t["task_id"] == "snapshot_chunk" and t["state"] == "success"] == []
     assert state.read_status().tables == [source_db.table("orders")]

@@ -4,6 +4,7 @@ store; the whole path through DAG runs is tests/e2e/test_pipeline_edits.py."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -84,13 +85,14 @@ def test_refused_while_a_stream_runs_or_launches_or_a_snapshot_of_it_is_planned(
     with pytest.raises(UncaptureError, match="is running or launching"):
         uncapture(config("[db.t]"), state, "db.u", now=later)
     state.release_lease("l2")
-    state.write_planned_snapshot(PlannedSnapshot("db.u", 2, "shop_cdc", "manual__1"))
-    with pytest.raises(UncaptureError, match="a snapshot of db.u \\(epoch 2\\) was planned by DAG run manual__1 and "
-                                             "has not finished: .* run this again with --force"):
+    # a snapshot of any table: the run that finishes it writes the seed and the lists uncapture rewrites
+    state.write_planned_snapshot(PlannedSnapshot("db.t", 2, "shop_cdc", "manual__1"))
+    with pytest.raises(UncaptureError, match="snapshots planned by DAG run\\(s\\) manual__1 \\(db.t, epoch 2\\) have "
+                                             "not finished: .* run this again with --force"):
         uncapture(config("[db.t]"), state, "db.u", now=later)
     assert captured_tables_in(state) == {"db.t", "db.u"}
     uncapture(config("[db.t]"), state, "db.u", now=later, force=True)
-    assert captured_tables_in(state) == {"db.t"} and state.uncaptured_tables() == {"db.u"}
+    assert captured_tables_in(state) == {"db.t"} and set(state.uncaptured_tables()) == {"db.u"}
 
 
 def test_the_last_querys_epoch_of_the_table_is_forgotten_with_it(pipeline):
@@ -119,3 +121,39 @@ def test_a_seed_of_one_re_snapshotted_table_is_not_the_streams_only_table(pipeli
     state.write_seed(StreamSeed(seed.start, {"db.u": seed.tables["db.u"]}))
     uncapture(config("[db.t]"), state, "db.u")
     assert state.read_seed().tables == {} and state.streamed_tables() == {"db.t"}
+
+
+@pytest.mark.parametrize("step", ["rename", "write_seed", "write_json"])
+def test_a_crash_half_way_leaves_the_table_snapshotted_when_captured_again_and_can_run_again(pipeline, monkeypatch,
+                                                                                            step):
+    """Whichever step a crash stops uncapture at, the table counts as taken out for a snapshot once captured again
+    (its sink holds the rows of before), no seed built from the finished snapshots takes it back after the first
+    step, and running uncapture again finishes the job."""
+    config, state = pipeline
+    real = {"rename": state.storage.rename, "write_seed": state.write_seed, "write_json": state.write_json}
+    owner = {"rename": state.storage}.get(step, state)
+
+    def crash(*args, **kwargs):
+        if step != "write_json" or args[0] == state.STREAMED:
+            raise OSError("killed")
+        return real[step](*args, **kwargs)
+
+    monkeypatch.setattr(owner, step, crash)
+    with pytest.raises(OSError, match="killed"):
+        uncapture(config("[db.t]"), state, "db.u")
+    monkeypatch.setattr(owner, step, real[step])
+    assert state.recaptured_tables() == {"db.u"}
+    uncapture(config("[db.t]"), state, "db.u")
+    assert captured_tables_in(state) == {"db.t"} and state.streamed_tables() == {"db.t"}
+    assert "db.u" not in state.read_seed().tables and state.recaptured_tables() == {"db.u"}
+
+
+def test_a_snapshot_after_the_uncapture_ends_the_recapture(pipeline):
+    config, state = pipeline
+    uncapture(config("[db.t]"), state, "db.u", now=1000.0)
+    assert state.recaptured_tables() == {"db.u"}
+    old = state.finished_snapshot("db.t")
+    state.write_finished_snapshot(replace(old, table="db.u", epoch=999_000))  # planned before: does not count
+    assert state.recaptured_tables() == {"db.u"}
+    state.write_finished_snapshot(replace(old, table="db.u", epoch=1_000_001))
+    assert state.recaptured_tables() == set()
