@@ -25,9 +25,7 @@ import argparse
 import contextlib
 import os
 import json
-import re
 import sys
-from pathlib import Path
 from typing import Sequence
 
 from airflow_cdc_provider.core.keys import format_key
@@ -231,23 +229,36 @@ def not_snapshotted(pipeline, tables: list[str]) -> dict[str, str]:
     return {t: why for t in tables if t not in finished}
 
 
+MATERIALIZED_MARKER = "_MATERIALIZED"
+
+
 def unsafe_output(output: str) -> str | None:
-    """Why writing a table over ``output`` could destroy something, if it could: Spark's overwrite empties the
-    directory first, which is right for an earlier materialize (its ``_SUCCESS`` marker says so) and wrong for
+    """Why writing a table over ``output`` (a local path or any URI the state store opens) could destroy
+    something, if it could: Spark's overwrite empties the directory first, which is right for an earlier
+    materialize (the marker it writes last says so: Spark's own ``_SUCCESS`` is in any Spark output) and wrong for
     anything else."""
-    if output.startswith("file:"):
-        output = "/" + output[len("file:"):].lstrip("/")
-    elif re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", output):  # a remote filesystem: Spark's to check
-        return None
-    path = Path(output)
-    if not path.exists():
-        return None
-    if not path.is_dir():
-        return "is a file; give a directory to write the table's parquet files into"
-    if any(path.iterdir()) and not (path / "_SUCCESS").exists():
-        return ("is a directory with files that an earlier materialize did not write (no _SUCCESS marker); "
-                "it would be emptied first: give a new or empty directory")
+    from airflow_cdc_provider.state.storage import Storage, StorageError
+
+    try:
+        out = Storage(output, key="--output")
+        if not out.exists(""):
+            return None
+        if out.fs.isfile(out.path()):
+            return "is a file; give a directory to write the table's parquet files into"
+        names = out.listdir("")
+    except StorageError as exc:
+        return str(exc)
+    if names and MATERIALIZED_MARKER not in names:
+        return (f"is a directory with files that no finished airflow-cdc materialize wrote (no {MATERIALIZED_MARKER} "
+                "marker); it would be emptied first: give a new or empty directory (empty it yourself if an earlier "
+                "materialize into it failed)")
     return None
+
+
+def _mark_materialized(output: str, table: str, rows: int) -> None:
+    from airflow_cdc_provider.state.storage import Storage
+
+    Storage(output, key="--output").write_text(MATERIALIZED_MARKER, json.dumps({"table": table, "rows": rows}))
 
 
 def cmd_materialize(args: argparse.Namespace) -> int:
@@ -271,6 +282,7 @@ def cmd_materialize(args: argparse.Namespace) -> int:
         df = pipeline.open_sink(spark).current_state(TableSinkTypes.of(schema))
         df.write.mode("overwrite").parquet(args.output)
         n = spark.read.parquet(args.output).count()
+        _mark_materialized(args.output, args.table, n)
     finally:
         stop_session(spark)
     print(f"{args.table}: {n} rows written to {args.output}")

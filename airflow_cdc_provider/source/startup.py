@@ -8,9 +8,10 @@
 * ``{gtid: "0-1-1234"}``: just after the transaction with this GTID (MariaDB, one domain);
 * ``{timestamp: 1700000000 | "2026-11-21T10:00:00Z"}``: the first transaction committed at or after it.
 
-GTID and timestamp starts scan the binlog for the boundary from the last file that cannot start after it: a
-MariaDB file's ``Gtid_list`` (the GTIDs logged before the file) and its start time say which files come wholly
-before, so a server keeping days of binlog is not read from its oldest file.
+GTID and timestamp starts (MariaDB only) scan the binlog for the boundary from the last file that cannot start
+after it: a MariaDB file's ``Gtid_list`` (the GTIDs logged before the file; trusted under ``gtid_strict_mode``
+only, where a sequence number is never logged twice) and its start time (less an hour for other clocks) say
+which files come wholly before, so a server keeping days of binlog is not read from its oldest file.
 
 An XA transaction's rows are logged at its ``XA PREPARE``, and its commit later, in another event group. A start
 between the two would read the commit without the rows, so every mode but ``initial`` starts at the first
@@ -28,7 +29,7 @@ from typing import Any, Collection
 
 from airflow_cdc_provider.core.offsets import BinlogOffset
 from airflow_cdc_provider.source.server import (XA_COMMIT_GRACE, SourceError, binlog_files, current_offset,
-                                                prepared_xa_transactions)
+                                                prepared_xa_transactions, server_info, variables)
 from airflow_cdc_provider.source.settings import ConnectionSettings
 
 log = logging.getLogger("airflow_cdc.startup")
@@ -89,7 +90,9 @@ def _scan(settings: ConnectionSettings, server_id: int, first: BinlogOffset, *, 
                     return _offset(boundary.file, boundary.pos, gtid)
     finally:
         stream.close()
-    return None
+    # no transaction at or after the time yet: the stream starts after the last one read, not at the server's
+    # position asked later (what was committed in between would be lost)
+    return _offset(boundary.file, boundary.pos) if after_ts is not None else None
 
 
 def _gtid_list(conn: Any, file: str) -> dict[tuple[int, int], int] | None:
@@ -140,15 +143,20 @@ def _file_started_at(settings: ConnectionSettings, server_id: int, file: str) ->
     return None
 
 
-def _timestamp_scan_start(settings: ConnectionSettings, server_id: int, files: list[str],
-                          after_ts: float) -> BinlogOffset:
-    """The last file opened before ``after_ts``: every event of the files before it was written before it was
-    opened, so before ``after_ts`` (found by bisection; the files' start times only grow)."""
+CLOCK_SKEW_MARGIN = 3600.0
+
+
+def _timestamp_scan_start(settings: ConnectionSettings, server_id: int, files: list[str], after_ts: float,
+                          margin: float = CLOCK_SKEW_MARGIN) -> BinlogOffset:
+    """The last file opened ``margin`` seconds before ``after_ts``: every event of the files before it was written
+    before it was opened, so before ``after_ts`` (found by bisection; the files' start times only grow). The
+    margin covers events stamped by another clock than the one that opened the files: a replica logs its
+    master's times (``log_slave_updates``), a session can set its own."""
     lo, hi = 0, len(files) - 1
     while lo < hi:
         mid = (lo + hi + 1) // 2
         started = _file_started_at(settings, server_id, files[mid])
-        if started is not None and started < after_ts:
+        if started is not None and started < after_ts - margin:
             lo = mid
         else:
             hi = mid - 1
@@ -243,6 +251,10 @@ def _resolve(mode: str | dict[str, Any], settings: ConnectionSettings, conn: Any
     if mode == "latest":
         o = current_offset(conn)
         return _offset(o.file, o.pos, o.gtid)
+    if isinstance(mode, dict) and ("gtid" in mode or "timestamp" in mode) and not server_info(conn).is_mariadb:
+        raise StartupError(f"stream.startup {mode!r}: GTID and timestamp starts read MariaDB's GTID events, which a "
+                           "MySQL server does not log; give the position instead: {file, pos} (mysqlbinlog "
+                           "--start-datetime or SHOW BINLOG EVENTS find it)")
     files = binlog_files(conn)
     if not files:
         raise StartupError("the server lists no binary logs (SHOW BINARY LOGS is empty); is log_bin on?")
@@ -266,7 +278,9 @@ def _resolve(mode: str | dict[str, Any], settings: ConnectionSettings, conn: Any
         g = str(mode["gtid"]).strip()
         if "," in g:
             raise StartupError("stream.startup gtid: give one GTID (domain-server-seq); multi-domain sets are not supported")
-        start = _gtid_scan_start(conn, [f for f, _ in files], g)
+        strict = str(variables(conn, "gtid_strict_mode").get("gtid_strict_mode", "")).upper() in ("ON", "1")
+        # without gtid_strict_mode a sequence number can be logged twice: the first time is the one to start after
+        start = _gtid_scan_start(conn, [f for f, _ in files], g) if strict else earliest
         found = _scan(settings, server_id, start, gtid=g)
         if not found and start != earliest:  # a sequence number set back (no gtid_strict_mode): the whole binlog
             found = _scan(settings, server_id, earliest, gtid=g)
@@ -275,11 +289,7 @@ def _resolve(mode: str | dict[str, Any], settings: ConnectionSettings, conn: Any
         return found
     if isinstance(mode, dict) and "timestamp" in mode:
         after_ts = _timestamp(mode["timestamp"])
-        found = _scan(settings, server_id, _timestamp_scan_start(settings, server_id, [f for f, _ in files], after_ts),
-                      after_ts=after_ts)
-        if found:
-            return found
-        o = current_offset(conn)
-        return _offset(o.file, o.pos, o.gtid)
+        return _scan(settings, server_id, _timestamp_scan_start(settings, server_id, [f for f, _ in files], after_ts),
+                     after_ts=after_ts)
     raise StartupError(
         f"stream.startup {mode!r}: use initial, latest, earliest, {{file, pos}}, {{gtid}} or {{timestamp}}")

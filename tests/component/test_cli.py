@@ -202,15 +202,20 @@ def test_materialize_refuses_to_empty_a_directory_it_did_not_write(pipeline, sou
     (tmp_path / "home").mkdir()
     (tmp_path / "home" / "notes.txt").write_text("mine")
     (tmp_path / "file.parquet").write_text("mine")
-    for output, problem in ((tmp_path / "home", "is a directory with files that an earlier materialize did not "
-                                                "write (no _SUCCESS marker); it would be emptied first"),
+    (tmp_path / "spark_output").mkdir()  # any Spark output has a _SUCCESS file
+    (tmp_path / "spark_output" / "_SUCCESS").write_text("")
+    (tmp_path / "spark_output" / "part-0.parquet").write_text("mine")
+    for output, problem in ((tmp_path / "home", "is a directory with files that no finished airflow-cdc materialize "
+                                                "wrote (no _MATERIALIZED marker); it would be emptied first"),
                             (tmp_path / "file.parquet", "is a file"),
-                            (f"file://{tmp_path / 'home'}", "is a directory with files that an earlier materialize")):
+                            (f"file://{tmp_path / 'home'}", "is a directory with files that no finished"),
+                            (tmp_path / "spark_output", "is a directory with files that no finished")):
         res = subprocess.run([CLI, "materialize", str(config), "--table", source_db.table("orders"), "--output",
                               str(output)], capture_output=True, text=True, env=envs, timeout=120)
         assert res.returncode != 0 and f"--output {output}: {problem}" in res.stderr, res.stderr
     assert (tmp_path / "home" / "notes.txt").read_text() == "mine"
     assert (tmp_path / "file.parquet").read_text() == "mine"
+    assert (tmp_path / "spark_output" / "part-0.parquet").read_text() == "mine"
 
 
 def test_stop_without_a_running_stream_says_so_and_asks_nothing(pipeline, source_db, tmp_path):

@@ -14,6 +14,7 @@ from airflow_cdc_provider.core.offsets import BinlogOffset
 from airflow_cdc_provider.source.binlog import read_changes_between
 from airflow_cdc_provider.source.schema import load_schema
 from airflow_cdc_provider.source.server import current_offset
+from airflow_cdc_provider.source import startup
 from airflow_cdc_provider.source.startup import StartupError, resolve_startup
 
 
@@ -181,7 +182,7 @@ def test_an_xa_transaction_prepared_in_a_purged_file_refuses_the_start(source_db
     assert "stream.startup to initial" in message
 
 
-def test_gtid_and_timestamp_starts_scan_from_the_file_that_holds_them(source_db, server_id):
+def test_gtid_and_timestamp_starts_scan_from_the_file_that_holds_them(source_db, server_id, monkeypatch):
     """A GTID or timestamp start reads the binlog from the last file that cannot start after it (the files'
     Gtid_list and start times say so), and lands where a scan from the oldest file lands."""
     from airflow_cdc_provider.source.startup import _gtid_scan_start, _timestamp_scan_start
@@ -202,8 +203,20 @@ def test_gtid_and_timestamp_starts_scan_from_the_file_that_holds_them(source_db,
         gtid, after, started = marks[2]
         assert _gtid_scan_start(conn, files, gtid) == BinlogOffset(after.file, 4)
     at = int(started) + 0.5  # event times are whole seconds: after marks[1]'s insert's, before marks[2]'s
-    assert _timestamp_scan_start(source_db.settings, server_id, files, at) == BinlogOffset(after.file, 4)
-    assert resolve(source_db, server_id, {"gtid": gtid})["pos"] == after.pos
+    assert _timestamp_scan_start(source_db.settings, server_id, files, at, margin=0) == BinlogOffset(after.file, 4)
+    # an hour's margin for events stamped by another clock: every file here opened less than an hour ago
+    assert _timestamp_scan_start(source_db.settings, server_id, files, at) == BinlogOffset(files[0], 4)
+    assert resolve(source_db, server_id, {"gtid": gtid})["pos"] == after.pos  # read from the oldest file
+    with contextlib.closing(source_db.server.root_connection()) as root, root.cursor() as cur:
+        cur.execute("SET GLOBAL gtid_strict_mode = 1")  # a sequence number is then never logged twice
+        try:
+            starts = []
+            monkeypatch.setattr(startup, "_gtid_scan_start",
+                                lambda *a: starts.append(_gtid_scan_start(*a)) or starts[-1])
+            assert resolve(source_db, server_id, {"gtid": gtid})["pos"] == after.pos
+            assert starts == [BinlogOffset(after.file, 4)]
+        finally:
+            cur.execute("SET GLOBAL gtid_strict_mode = 0")
     got = resolve(source_db, server_id, {"timestamp": at})
     with source_db.connection() as conn:
         schema = load_schema(conn, TableId(source_db.name, "t"))
@@ -214,3 +227,19 @@ def test_gtid_and_timestamp_starts_scan_from_the_file_that_holds_them(source_db,
     # a GTID older than every file's list, and one never logged, are refused as before
     with pytest.raises(StartupError, match="is not in the binlogs still on the server"):
         resolve(source_db, server_id, {"gtid": "0-1-999999"})
+
+
+def test_a_timestamp_no_transaction_reached_yet_starts_after_the_last_one_read(source_db, server_id):
+    """Not at the server's position asked after the scan: a commit in between would be lost."""
+    source_db.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))")
+    source_db.execute("INSERT INTO t VALUES (1, 'before')")
+    got = resolve(source_db, server_id, {"timestamp": time.time() + 3600})
+    with source_db.connection() as conn:
+        assert BinlogOffset(got["file"], got["pos"]) == current_offset(conn)  # after the insert
+    source_db.execute("INSERT INTO t VALUES (2, 'after')")
+    with source_db.connection() as conn:
+        schema = load_schema(conn, TableId(source_db.name, "t"))
+        now = current_offset(conn)
+    rows = list(read_changes_between(source_db.settings, server_id, BinlogOffset(got["file"], got["pos"]), now,
+                                     {schema.table: schema}))
+    assert [r.key for r in rows] == [(2,)]
