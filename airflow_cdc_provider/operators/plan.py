@@ -173,7 +173,7 @@ class PlanChunksOperator(BaseOperator):
                 self.log.info("%s: taken out of the pipeline already", table)
                 continue
             try:
-                done = uncapture(p.config, p.state, table, force=True, asker=DAG_RUN_CONF)
+                done = uncapture(p.config, p.state, table, asker=DAG_RUN_CONF, snapshots_checked=True)
             except UncaptureError as exc:
                 raise AirflowFailException(str(exc)) from None
             self.log.warning("%s", done.describe())

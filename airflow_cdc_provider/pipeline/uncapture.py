@@ -57,7 +57,8 @@ class Asker:
 
 
 DAG_RUN_CONF = Asker("dag_run.conf uncapture {table}", "trigger the DAG with this conf again",
-                     "trigger the DAG with this conf again")
+                     "trigger the DAG with this conf again",
+                     "run airflow-cdc uncapture <pipeline yaml> --table {table} --force")
 
 
 def held_tables(state: StateStore) -> set[str]:
@@ -68,10 +69,11 @@ def held_tables(state: StateStore) -> set[str]:
 
 
 def uncapture(config: PipelineConfig, state: StateStore, table: str, now: float | None = None,
-              force: bool = False, asker: Asker = Asker()) -> Uncaptured:
+              force: bool = False, asker: Asker = Asker(), snapshots_checked: bool = False) -> Uncaptured:
     """Take ``table`` out of the pipeline's state, once nothing could still read it: ``source.tables`` no longer
-    matches it, no stream runs or launches, no snapshot is planned (``force``: those runs failed), and the
-    stream keeps another table to read. A table an earlier uncapture took out half way is taken out again."""
+    matches it, no stream runs or launches or left a batch half done, no snapshot is planned (``force``: those
+    runs failed; ``snapshots_checked``: the caller knows none of them runs), and the stream keeps another table to
+    read. A table an earlier uncapture took out half way is taken out again."""
     where = config.where
     captured = held_tables(state)
     if table not in captured:
@@ -91,7 +93,12 @@ def uncapture(config: PipelineConfig, state: StateStore, table: str, now: float 
         raise UncaptureError(
             f"{where}: the stream of {config.dag_id} is running or launching and reads {table}: stop it first "
             f"(airflow-cdc stop {where} --wait 120; a running DAG run's stream task then ends), {asker.after_stop}")
-    planned = state.planned_snapshots()
+    if state.planned_batch_end() is not None and not force:  # its writes to the table's sink are not all done
+        raise UncaptureError(
+            f"{where}: the stream's last batch was planned but not committed (a stream killed in it): its next "
+            f"launch finishes it, with {table}. Trigger the DAG once without uncapture, then {asker.again} (or, to "
+            f"leave the table's sink as the killed batch left it, {asker.forced.format(table=table)})")
+    planned = {} if snapshots_checked else state.planned_snapshots()
     if planned and not force:  # a run that finishes one writes the seed and the lists this rewrites
         runs = sorted({f"{s.run_id} ({s.table}, epoch {s.epoch})" for s in planned.values()})
         raise UncaptureError(
