@@ -103,7 +103,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return _fail([f"{where}: {exc}"])
     finished = pipeline.state.finished_tables()
     snapshotted = [str(s.table) for s in plan.schemas if str(s.table) in finished]
-    due = _snapshots_due(pipeline, plan)
+    try:
+        due = _snapshots_due(pipeline, plan)
+    except (ConnectionConfigError, SourceError) as exc:
+        return _fail([f"{where}: {exc}"])
     if args.json:
         json.dump({"dag_id": cfg.dag_id, "chunk_size": cfg.snapshot.chunk_size, **plan.to_dict(),
                    "snapshotted": snapshotted, "snapshot_due": due}, sys.stdout, indent=2)
@@ -247,11 +250,14 @@ def unsafe_output(output: str) -> str | None:
             return "is a file; give a directory to write the table's parquet files into"
         names = out.listdir("")
     except StorageError as exc:
-        return str(exc)
+        return str(exc).split(": ", 1)[-1]
+    except Exception as exc:  # noqa: BLE001 - credentials, a missing native library: the check cannot be made
+        return (f"cannot be looked at through fsspec ({type(exc).__name__}: {exc}); materialize empties it first, so "
+                "it checks it first: give the fsspec package of its scheme the credentials Spark has, or a local path")
     if names and MATERIALIZED_MARKER not in names:
         return (f"is a directory with files that no finished airflow-cdc materialize wrote (no {MATERIALIZED_MARKER} "
-                "marker); it would be emptied first: give a new or empty directory (empty it yourself if an earlier "
-                "materialize into it failed)")
+                "marker, written last; an older airflow-cdc wrote none); it would be emptied first: give a new or empty "
+                "directory (empty it yourself if an earlier materialize into it failed)")
     return None
 
 

@@ -169,7 +169,8 @@ class PlanChunksOperator(BaseOperator):
             raise AirflowFailException(f"dag_run.conf uncapture: snapshots of DAG run(s) {', '.join(runs)} are under "
                                        "way: let them finish, then trigger the DAG with this conf again")
         for table in tables:
-            if table in p.state.uncaptured_tables() and table not in held_tables(p.state):
+            if table in p.state.uncaptured_tables() and table not in held_tables(p.state) \
+                    and p.state.unfinished_uncapture(table) is None:
                 self.log.info("%s: taken out of the pipeline already", table)
                 continue
             try:

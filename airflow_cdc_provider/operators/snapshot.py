@@ -69,6 +69,13 @@ class SnapshotChunkOperator(CdcLineageMixin, CdcSparkSubmitOperator):
             by_table_epoch.setdefault((str(c.table), c.epoch), []).append(c.index)
         newer = {table: f.epoch for table, epoch in by_table_epoch
                  if (f := p.state.finished_snapshot(table)) is not None and f.epoch > epoch}
+        uncaptured = p.state.uncaptured_tables()
+        gone = {table for table, epoch in by_table_epoch if uncaptured.get(table, 0) * 1000 > epoch}
+        if gone and len(gone | set(newer)) == len({table for table, _ in by_table_epoch}):
+            from airflow.sdk.exceptions import AirflowSkipException
+
+            raise AirflowSkipException(f"{task.label}: {', '.join(sorted(gone))} taken out of the pipeline "
+                                       "(airflow-cdc uncapture) after this snapshot was planned: nothing to read")
         if len(newer) == len({table for table, _ in by_table_epoch}):
             from airflow.sdk.exceptions import AirflowSkipException
 

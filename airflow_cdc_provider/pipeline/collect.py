@@ -84,11 +84,16 @@ def collect_watermarks(store: StateStore, sink: Sink, plan: Mapping[str, TablePl
     if not plan:
         return previous
     xcom = {(r.table, r.index) for r in reports}
+    uncaptured = store.uncaptured_tables()
     for table, p in plan.items():
         current = store.finished_snapshot(table)
         if current is not None and current.epoch >= p.epoch:
             log.warning("%s: snapshot epoch %d is not made current: epoch %d, planned later, finished already and "
                         "holds newer rows (a re-snapshot superseded this one)", table, p.epoch, current.epoch)
+            continue
+        if uncaptured.get(table, 0) * 1000 > p.epoch:  # a cleared task of a run from before would bring it back
+            log.warning("%s: snapshot epoch %d is not made current: the table was taken out of the pipeline "
+                        "(airflow-cdc uncapture) after it was planned", table, p.epoch)
             continue
         stored = store.chunk_reports(table, p.epoch)
         for i in range(p.chunks):

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 
 from airflow_cdc_provider.core.hints import did_you_mean
+from airflow_cdc_provider.core.offsets import BinlogOffset
 from airflow_cdc_provider.pipeline.config import PipelineConfig
 from airflow_cdc_provider.pipeline.stream_watch import lease_alive
 from airflow_cdc_provider.state.records import RUNNING_STATES
@@ -31,11 +32,14 @@ class Uncaptured:
 
     table: str
     archive: str
+    interrupted: BinlogOffset | None = None  # the end of the stream's last batch, planned and not committed
 
     def describe(self) -> str:
+        cut = (f" (the stream's last batch, through {self.interrupted}, was stopped before it committed: the sink may "
+               "hold some of its changes of the table)" if self.interrupted else "")
         return (f"{self.table}: no longer captured. The stream stops reading it from its next launch; its sink data "
-                f"stays as it is. Its state moved to {self.archive}. Added to source.tables again, it is snapshotted "
-                "again by the next run")
+                f"stays as it is{cut}. Its state moved to {self.archive}. Added to source.tables again, it is "
+                "snapshotted again by the next run")
 
 
 def matching_patterns(config: PipelineConfig, table: str) -> list[str]:
@@ -71,12 +75,13 @@ def held_tables(state: StateStore) -> set[str]:
 def uncapture(config: PipelineConfig, state: StateStore, table: str, now: float | None = None,
               force: bool = False, asker: Asker = Asker(), snapshots_checked: bool = False) -> Uncaptured:
     """Take ``table`` out of the pipeline's state, once nothing could still read it: ``source.tables`` no longer
-    matches it, no stream runs or launches or left a batch half done, no snapshot is planned (``force``: those
+    matches it, no stream runs or launches, no snapshot is planned (``force``: those
     runs failed; ``snapshots_checked``: the caller knows none of them runs), and the stream keeps another table to
     read. A table an earlier uncapture took out half way is taken out again."""
     where = config.where
     captured = held_tables(state)
-    if table not in captured:
+    unfinished = state.unfinished_uncapture(table)
+    if table not in captured and unfinished is None:
         raise UncaptureError(f"{where}: {asker.named.format(table=table)}: not a table this pipeline has captured"
                              f"{did_you_mean(table, sorted(captured))}; it has "
                              f"captured: {', '.join(sorted(captured)) or 'none'}")
@@ -93,11 +98,6 @@ def uncapture(config: PipelineConfig, state: StateStore, table: str, now: float 
         raise UncaptureError(
             f"{where}: the stream of {config.dag_id} is running or launching and reads {table}: stop it first "
             f"(airflow-cdc stop {where} --wait 120; a running DAG run's stream task then ends), {asker.after_stop}")
-    if state.planned_batch_end() is not None and not force:  # its writes to the table's sink are not all done
-        raise UncaptureError(
-            f"{where}: the stream's last batch was planned but not committed (a stream killed in it): its next "
-            f"launch finishes it, with {table}. Trigger the DAG once without uncapture, then {asker.again} (or, to "
-            f"leave the table's sink as the killed batch left it, {asker.forced.format(table=table)})")
     planned = {} if snapshots_checked else state.planned_snapshots()
     if planned and not force:  # a run that finishes one writes the seed and the lists this rewrites
         runs = sorted({f"{s.run_id} ({s.table}, epoch {s.epoch})" for s in planned.values()})
@@ -110,6 +110,9 @@ def uncapture(config: PipelineConfig, state: StateStore, table: str, now: float 
         raise UncaptureError(
             f"{where}: {table} is the only table the stream reads; a pipeline without it starts over: give it a new "
             "state.path instead (every table in source.tables is snapshotted again)")
-    archive = f"uncaptured/{table_dir_name(table)}-{int(now * 1000)}"
+    # a stopped or killed stream's last batch, planned and not committed, is re-run without the table: what it
+    # wrote of the table's changes before it stopped stays in the sink
+    interrupted = state.planned_batch_end()
+    archive = unfinished or f"uncaptured/{table_dir_name(table)}-{int(now * 1000)}"
     state.forget_table(table, archive, now)
-    return Uncaptured(table, state.location(archive))
+    return Uncaptured(table, state.location(archive), interrupted)

@@ -329,11 +329,12 @@ class StateStore:
 
         In an order a crash at any step leaves safe: first the mark (from then on, captured again, the table is
         snapshotted: ``recaptured_tables``), then its finished snapshot (no seed built later takes it back), then
-        the seed and the lists the stream reads; running this again finishes the job."""
+        the seed and the lists the stream reads, and last the mark's ``complete``; until then
+        ``unfinished_uncapture`` names the archive, for a second run into it to finish the job."""
         changes = self.schema_changes()
-        self.write_json(f"{archive}/uncaptured.json", {
-            "table": table, "uncaptured_at": now,
-            "schema_changes": [c.to_dict() for c in changes if str(c.table) == table]})
+        mark = {"table": table, "uncaptured_at": now, "complete": False,
+                "schema_changes": [c.to_dict() for c in changes if str(c.table) == table]}
+        self.write_json(f"{archive}/uncaptured.json", mark)
         own = f"tables/{table_dir_name(table)}"
         if self.exists(own) or self.storage.listdir(own):
             self.storage.rename(own, f"{archive}/state")
@@ -354,6 +355,16 @@ class StateStore:
             self.write_overlapped_epochs({t: r for t, r in overlapped.items() if t != table})
         if any(str(c.table) == table for c in changes):
             self.write_json(self.SCHEMA_CHANGES, [c.to_dict() for c in changes if str(c.table) != table])
+        self.write_json(f"{archive}/uncaptured.json", {**mark, "complete": True})
+
+    def unfinished_uncapture(self, table: str) -> str | None:
+        """The archive of a ``forget_table`` of ``table`` that stopped half way (its mark says not complete)."""
+        prefix = f"{table_dir_name(table)}-"
+        for name in reversed(self.storage.listdir("uncaptured")):
+            data = self.read_json(f"uncaptured/{name}/uncaptured.json") if name.startswith(prefix) else None
+            if data and data.get("table") == table and data.get("complete") is False:
+                return f"uncaptured/{name}"
+        return None
 
     def uncaptured_tables(self) -> dict[str, float]:
         """The tables ``forget_table`` took out, each with the last time it did (seconds since the epoch)."""

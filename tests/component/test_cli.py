@@ -206,7 +206,8 @@ def test_materialize_refuses_to_empty_a_directory_it_did_not_write(pipeline, sou
     (tmp_path / "spark_output" / "_SUCCESS").write_text("")
     (tmp_path / "spark_output" / "part-0.parquet").write_text("mine")
     for output, problem in ((tmp_path / "home", "is a directory with files that no finished airflow-cdc materialize "
-                                                "wrote (no _MATERIALIZED marker); it would be emptied first"),
+                                                "wrote (no _MATERIALIZED marker, written last; an older "
+                                                "airflow-cdc wrote none); it would be emptied first"),
                             (tmp_path / "file.parquet", "is a file"),
                             (f"file://{tmp_path / 'home'}", "is a directory with files that no finished"),
                             (tmp_path / "spark_output", "is a directory with files that no finished")):

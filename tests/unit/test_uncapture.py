@@ -123,29 +123,37 @@ def test_a_seed_of_one_re_snapshotted_table_is_not_the_streams_only_table(pipeli
     assert state.read_seed().tables == {} and state.streamed_tables() == {"db.t"}
 
 
-@pytest.mark.parametrize("step", ["rename", "write_seed", "write_json"])
+@pytest.mark.parametrize("step", ["rename", "write_seed", "streamed", "complete"])
 def test_a_crash_half_way_leaves_the_table_snapshotted_when_captured_again_and_can_run_again(pipeline, monkeypatch,
                                                                                             step):
     """Whichever step a crash stops uncapture at, the table counts as taken out for a snapshot once captured again
     (its sink holds the rows of before), no seed built from the finished snapshots takes it back after the first
-    step, and running uncapture again finishes the job."""
+    step, and running uncapture again finishes the job, into the same archive."""
     config, state = pipeline
-    real = {"rename": state.storage.rename, "write_seed": state.write_seed, "write_json": state.write_json}
-    owner = {"rename": state.storage}.get(step, state)
+    method = {"rename": "rename", "write_seed": "write_seed"}.get(step, "write_json")
+    owner = state.storage if step == "rename" else state
+    real = getattr(owner, method)
 
     def crash(*args, **kwargs):
-        if step != "write_json" or args[0] == state.STREAMED:
-            raise OSError("killed")
-        return real[step](*args, **kwargs)
+        if step == "streamed" and args[0] != state.STREAMED:
+            return real(*args, **kwargs)
+        if step == "complete" and not (args[0].endswith("uncaptured.json") and args[1]["complete"]):
+            return real(*args, **kwargs)
+        raise OSError("killed")
 
-    monkeypatch.setattr(owner, step, crash)
+    monkeypatch.setattr(owner, method, crash)
     with pytest.raises(OSError, match="killed"):
         uncapture(config("[db.t]"), state, "db.u")
-    monkeypatch.setattr(owner, step, real[step])
+    monkeypatch.setattr(owner, method, real)
     assert state.recaptured_tables() == {"db.u"}
-    uncapture(config("[db.t]"), state, "db.u")
+    archive = state.unfinished_uncapture("db.u")
+    assert archive is not None
+    done = uncapture(config("[db.t]"), state, "db.u")
+    assert done.archive == state.location(archive) and state.unfinished_uncapture("db.u") is None
     assert captured_tables_in(state) == {"db.t"} and state.streamed_tables() == {"db.t"}
     assert "db.u" not in state.read_seed().tables and state.recaptured_tables() == {"db.u"}
+    with pytest.raises(UncaptureError, match="not a table this pipeline has captured"):
+        uncapture(config("[db.t]"), state, "db.u")
 
 
 def test_a_snapshot_after_the_uncapture_ends_the_recapture(pipeline):
@@ -159,18 +167,33 @@ def test_a_snapshot_after_the_uncapture_ends_the_recapture(pipeline):
     assert state.recaptured_tables() == set()
 
 
-def test_refused_while_the_streams_last_batch_is_half_done(pipeline):
-    """A killed stream's planned batch is re-run, with the table, by its next launch: taken out before, the
-    table's sink would keep what the killed batch wrote of it."""
+def test_a_stopped_streams_half_done_batch_is_named(pipeline):
+    """A stopped or killed stream's planned batch is re-run without the table: what it wrote of the table stays,
+    which the result says."""
     import json
 
     config, state = pipeline
     offset = json.dumps(BinlogOffset("b.000003", 400).to_dict())
     state.storage.write_text(f"{state.CHECKPOINT}/offsets/0", f"v1\n{{}}\n{offset}\n")
-    with pytest.raises(UncaptureError, match="the stream's last batch was planned but not committed .* Trigger the "
-                                             "DAG once without uncapture, then run this again .* --force"):
-        uncapture(config("[db.t]"), state, "db.u")
-    assert captured_tables_in(state) == {"db.t", "db.u"}
-    state.storage.write_text(f"{state.CHECKPOINT}/commits/0", "v1\n{}\n")
-    uncapture(config("[db.t]"), state, "db.u")
+    done = uncapture(config("[db.t]"), state, "db.u")
+    assert "the stream's last batch, through b.000003:400, was stopped before it committed" in done.describe()
+    assert captured_tables_in(state) == {"db.t"}
+
+
+def test_a_run_planned_before_the_uncapture_does_not_bring_the_table_back(pipeline, tmp_path):
+    """A cleared chunk task and collect of a run that planned the table before it was taken out: the snapshot is
+    not made current, and no seed takes the table back."""
+    from airflow_cdc_provider.pipeline.collect import collect_watermarks
+    from airflow_cdc_provider.sinks.base import SinkConfig
+    from airflow_cdc_provider.sinks.registry import open_sink
+    from airflow_cdc_provider.state.records import TablePlan
+
+    config, state = pipeline
+    uncapture(config("[db.t]"), state, "db.u", now=1000.0)
+    chunk = Chunk(TableId.parse("db.u"), 0, ("id",), None, None, epoch=999_000)
+    state.write_window_reports("db.u", 999_000, [ChunkReport(chunk, BinlogOffset("b.000004", 10),
+                                                             BinlogOffset("b.000004", 20), 5, 0, 0.1)])
+    sink = open_sink(SinkConfig("parquet", path=str(tmp_path / "sink")), {})
+    seed = collect_watermarks(state, sink, {"db.u": TablePlan(999_000, 1)})
+    assert state.finished_snapshot("db.u") is None and "db.u" not in seed.tables
     assert captured_tables_in(state) == {"db.t"}
