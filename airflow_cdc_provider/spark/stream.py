@@ -552,6 +552,7 @@ class StreamJob:
                 last_write, seen_batch, seen_progress = time.time(), batch_id, reported
             if self._stop.is_set() or self.store.stop_requested():
                 log.info("stop requested: stopping the stream after the current batch")
+                _let_the_batch_finish(query, STOP_GRACE_SECONDS - 30)
                 query.stop()
                 state = "stopped"
                 break
@@ -590,6 +591,19 @@ def followed_by_sink(versions: list, behaviour: str) -> list:
                            "place: set it back, or re-snapshot the table (airflow-cdc resnapshot <config> --table "
                            f"{versions[0].table})")
     return followed
+
+
+def _let_the_batch_finish(query: Any, limit: float) -> None:
+    """Wait, up to ``limit`` seconds, until no batch is in progress: a query stopped in a batch interrupts it, and
+    the next launch runs the whole batch again (exactly once all the same, but a table taken out meanwhile would
+    keep what the interrupted batch wrote of it)."""
+    deadline = time.time() + limit
+    while time.time() < deadline:
+        try:
+            if not (query.status or {}).get("isTriggerActive") or query.awaitTermination(0.2):
+                return
+        except Exception:  # noqa: BLE001 - a query failing or gone: the stop that follows says what it can
+            return
 
 
 def _marked_line(error: str) -> str:
