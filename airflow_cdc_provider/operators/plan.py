@@ -155,7 +155,7 @@ class PlanChunksOperator(BaseOperator):
             return
         from airflow.sdk.exceptions import AirflowFailException
 
-        from airflow_cdc_provider.pipeline.uncapture import DAG_RUN_CONF, UncaptureError, held_tables, uncapture
+        from airflow_cdc_provider.pipeline.uncapture import DAG_RUN_CONF, UncaptureError, taken_out, uncapture
 
         if isinstance(tables, str):
             tables = [tables]
@@ -169,8 +169,7 @@ class PlanChunksOperator(BaseOperator):
             raise AirflowFailException(f"dag_run.conf uncapture: snapshots of DAG run(s) {', '.join(runs)} are under "
                                        "way: let them finish, then trigger the DAG with this conf again")
         for table in tables:
-            if table in p.state.uncaptured_tables() and table not in held_tables(p.state) \
-                    and p.state.unfinished_uncapture(table) is None:
+            if taken_out(p.state, table):
                 self.log.info("%s: taken out of the pipeline already", table)
                 continue
             try:

@@ -14,6 +14,7 @@ from airflow_cdc_provider.operators.metrics import emit
 from airflow_cdc_provider.operators.spark_submit import CdcSparkSubmitOperator
 from airflow_cdc_provider.pipeline.metrics import snapshot_metrics
 from airflow_cdc_provider.pipeline.resolve import load_pipeline
+from airflow_cdc_provider.state.store import planned_before_uncapture
 
 CHUNK_LABEL_TEMPLATE = "{{ task.chunk.label }}"
 """Pass as ``map_index_template`` in ``.partial()``: the UI then names each mapped task ``db.t [a, b)`` from the
@@ -70,15 +71,13 @@ class SnapshotChunkOperator(CdcLineageMixin, CdcSparkSubmitOperator):
         newer = {table: f.epoch for table, epoch in by_table_epoch
                  if (f := p.state.finished_snapshot(table)) is not None and f.epoch > epoch}
         uncaptured = p.state.uncaptured_tables()
-        gone = {table for table, epoch in by_table_epoch if uncaptured.get(table, 0) * 1000 > epoch}
-        if gone and len(gone | set(newer)) == len({table for table, _ in by_table_epoch}):
+        gone = {table for table, epoch in by_table_epoch if planned_before_uncapture(epoch, uncaptured.get(table))}
+        if set(newer) | gone >= {table for table, _ in by_table_epoch}:
             from airflow.sdk.exceptions import AirflowSkipException
 
-            raise AirflowSkipException(f"{task.label}: {', '.join(sorted(gone))} taken out of the pipeline "
-                                       "(airflow-cdc uncapture) after this snapshot was planned: nothing to read")
-        if len(newer) == len({table for table, _ in by_table_epoch}):
-            from airflow.sdk.exceptions import AirflowSkipException
-
+            if gone:
+                raise AirflowSkipException(f"{task.label}: {', '.join(sorted(gone))} taken out of the pipeline "
+                                           "(airflow-cdc uncapture) after this snapshot was planned: nothing to read")
             raise AirflowSkipException(f"{task.label}: a later snapshot of {', '.join(sorted(newer))} finished (epoch "
                                        f"{', '.join(str(e) for _, e in sorted(newer.items()))}): this chunk of an "
                                        "earlier one has nothing to add. To read a table again, trigger a run with "

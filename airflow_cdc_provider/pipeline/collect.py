@@ -20,7 +20,7 @@ from airflow_cdc_provider.core.emit_filter import table_split_info
 from airflow_cdc_provider.core.reports import ChunkReport
 from airflow_cdc_provider.sinks.base import EMPTYING_OPS, Sink
 from airflow_cdc_provider.state.records import FinishedSnapshot, StreamSeed, TablePlan
-from airflow_cdc_provider.state.store import StateStore
+from airflow_cdc_provider.state.store import StateStore, planned_before_uncapture
 
 
 log = logging.getLogger("airflow_cdc.collect")
@@ -91,7 +91,7 @@ def collect_watermarks(store: StateStore, sink: Sink, plan: Mapping[str, TablePl
             log.warning("%s: snapshot epoch %d is not made current: epoch %d, planned later, finished already and "
                         "holds newer rows (a re-snapshot superseded this one)", table, p.epoch, current.epoch)
             continue
-        if uncaptured.get(table, 0) * 1000 > p.epoch:  # a cleared task of a run from before would bring it back
+        if planned_before_uncapture(p.epoch, uncaptured.get(table)):  # an earlier run, cleared: not back
             log.warning("%s: snapshot epoch %d is not made current: the table was taken out of the pipeline "
                         "(airflow-cdc uncapture) after it was planned", table, p.epoch)
             continue

@@ -72,6 +72,12 @@ def held_tables(state: StateStore) -> set[str]:
     return captured_tables_in(state) | state.streamed_tables()
 
 
+def taken_out(state: StateStore, table: str) -> bool:
+    """Whether an uncapture of ``table`` finished and nothing holds the table since (asked again, nothing to do)."""
+    return table in state.uncaptured_tables() and table not in held_tables(state) \
+        and state.unfinished_uncapture(table) is None
+
+
 def uncapture(config: PipelineConfig, state: StateStore, table: str, now: float | None = None,
               force: bool = False, asker: Asker = Asker(), snapshots_checked: bool = False) -> Uncaptured:
     """Take ``table`` out of the pipeline's state, once nothing could still read it: ``source.tables`` no longer

@@ -74,6 +74,12 @@ def table_dir_name(table: str) -> str:
     return safe
 
 
+def planned_before_uncapture(epoch: int, uncaptured_at: float | None) -> bool:
+    """Whether a snapshot of ``epoch`` (its planning time, in ms) was planned before its table was taken out at
+    ``uncaptured_at`` (``StateStore.uncaptured_tables``, in s): such a snapshot no longer counts for the table."""
+    return uncaptured_at is not None and uncaptured_at * 1000 > epoch
+
+
 class StateStore:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.uri = str(root)
@@ -380,7 +386,7 @@ class StateStore:
         before the table was taken out (left by a crash half way, or a run that went on) does not count."""
         finished = self.finished_tables()
         return {t for t, at in self.uncaptured_tables().items()
-                if t not in finished or finished[t].epoch < at * 1000}
+                if t not in finished or planned_before_uncapture(finished[t].epoch, at)}
 
     # -- the sink the state is of -----------------------------------------------------------------
     SINK = "sink.json"
