@@ -338,8 +338,9 @@ class StateStore:
         the seed and the lists the stream reads, and last the mark's ``complete``; until then
         ``unfinished_uncapture`` names the archive, for a second run into it to finish the job."""
         changes = self.schema_changes()
+        kept = (self.read_json(f"{archive}/uncaptured.json") or {}).get("schema_changes") or []  # a first try's
         mark = {"table": table, "uncaptured_at": now, "complete": False,
-                "schema_changes": [c.to_dict() for c in changes if str(c.table) == table]}
+                "schema_changes": kept + [d for c in changes if str(c.table) == table and (d := c.to_dict()) not in kept]}
         self.write_json(f"{archive}/uncaptured.json", mark)
         own = f"tables/{table_dir_name(table)}"
         if self.exists(own) or self.storage.listdir(own):

@@ -197,3 +197,29 @@ def test_a_run_planned_before_the_uncapture_does_not_bring_the_table_back(pipeli
     seed = collect_watermarks(state, sink, {"db.u": TablePlan(999_000, 1)})
     assert state.finished_snapshot("db.u") is None and "db.u" not in seed.tables
     assert captured_tables_in(state) == {"db.t"}
+
+
+def test_a_second_try_keeps_the_schema_changes_the_first_archived(pipeline, monkeypatch):
+    """A crash after the table's schema changes left the store's list: the try that finishes the job still
+    archives them."""
+    config, state = pipeline
+    change = SchemaChange("truncate", TableId.parse("db.u"), "TRUNCATE u", "", EventPosition("b.000003", 100))
+    state.record_schema_changes([change])
+    before = [c for c in state.schema_changes() if str(c.table) == "db.u"]
+    assert change in before
+    real = state.write_json
+
+    def crash(rel, data):
+        if rel.endswith("uncaptured.json") and data["complete"]:
+            raise OSError("killed")
+        return real(rel, data)
+
+    monkeypatch.setattr(state, "write_json", crash)
+    with pytest.raises(OSError, match="killed"):
+        uncapture(config("[db.t]"), state, "db.u")
+    monkeypatch.setattr(state, "write_json", real)
+    assert all(str(c.table) != "db.u" for c in state.schema_changes())
+    done = uncapture(config("[db.t]"), state, "db.u")
+    archive = done.archive.removeprefix(state.location("")).strip("/")
+    assert [SchemaChange.from_dict(d) for d in state.read_json(f"{archive}/uncaptured.json")["schema_changes"]] == \
+        before
