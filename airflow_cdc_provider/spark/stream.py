@@ -561,6 +561,7 @@ class StreamJob:
                          "the new snapshots and definitions", ", ".join(f"{t} (epoch {e})" for t, e in
                                                                         sorted(self.reload.epochs.items())),
                          self.reload.requested_by)
+                _let_the_batch_finish(query, STOP_GRACE_SECONDS - 30)
                 query.stop()
                 state = "running"  # the next query goes on; the watchers see no end
                 break

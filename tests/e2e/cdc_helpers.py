@@ -96,11 +96,11 @@ class Pipeline:
         return res
 
     @contextlib.contextmanager
-    def continuous_stream(self, **stream: Any):
+    def continuous_stream(self, fault: dict | None = None, **stream: Any):
         """The stream job in ``continuous`` mode in the background (its own process group), yielded as its
         Popen once its status says running; stopped on the way out if the test left it running."""
         stream.setdefault("driver_batch_bytes", 0)
-        spec = self.spec(stream=StreamConfig(mode="continuous", trigger_interval="1 second", **stream))
+        spec = self.spec(stream=StreamConfig(mode="continuous", trigger_interval="1 second", **stream), fault=fault)
         proc = submit("binlog_stream", spec, self.secrets, self.tmp / "jobs", background=True)
         try:
             wait_until(lambda: stream_state(self.state) == "running", "the stream to run")
