@@ -261,6 +261,16 @@ def unsafe_output(output: str) -> str | None:
     return None
 
 
+def _default_filesystem(spark) -> str | None:
+    """The filesystem Spark writes a path without a scheme to (``fs.defaultFS``), when it is not the local one
+    the output check looked at; None where it is (or where the session does not say: Spark Connect)."""
+    try:
+        fs = spark.sparkContext._jsc.hadoopConfiguration().get("fs.defaultFS")
+    except Exception:  # noqa: BLE001 - Spark Connect has no JVM here; its server resolves the path
+        fs = spark.conf.get("spark.hadoop.fs.defaultFS", None)
+    return None if not fs or fs.startswith("file:") else fs
+
+
 def _mark_materialized(output: str, table: str, rows: int) -> None:
     from airflow_cdc_provider.state.storage import Storage
 
@@ -285,6 +295,10 @@ def cmd_materialize(args: argparse.Namespace) -> int:
     schema = next(s for s in plan.schemas if str(s.table) == args.table)
     spark = spark_session("airflow-cdc materialize", master=args.master)
     try:
+        if "://" not in args.output and (fs := _default_filesystem(spark)):
+            return _fail([f"--output {args.output}: a path without a scheme is on {fs} to Spark (fs.defaultFS), "
+                          "not on the local disk this command checked: give the full URI (file:///... or "
+                          f"{fs.rstrip('/')}/...)"])
         df = pipeline.open_sink(spark).current_state(TableSinkTypes.of(schema))
         df.write.mode("overwrite").parquet(args.output)
         n = spark.read.parquet(args.output).count()

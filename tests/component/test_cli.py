@@ -219,6 +219,26 @@ def test_materialize_refuses_to_empty_a_directory_it_did_not_write(pipeline, sou
     assert (tmp_path / "spark_output" / "part-0.parquet").read_text() == "mine"
 
 
+def test_materialize_refuses_a_path_without_a_scheme_that_spark_puts_on_another_filesystem(pipeline, source_db,
+                                                                                            tmp_path):
+    """The output check looks at the local disk; with an HDFS ``fs.defaultFS`` Spark would empty and write another
+    directory than the one checked."""
+    write, env = pipeline
+    config = write([source_db.table("orders")], f"state:\n  path: {tmp_path / 'state'}\nstream:\n  startup: latest\n")
+    conf_dir = tmp_path / "spark-conf"
+    conf_dir.mkdir()
+    (conf_dir / "spark-defaults.conf").write_text("spark.hadoop.fs.defaultFS hdfs://127.0.0.1:9/\n")
+    envs = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "SPARK_CONF_DIR": str(conf_dir), **env}
+    output = tmp_path / "out"
+    res = subprocess.run([CLI, "materialize", str(config), "--table", source_db.table("orders"), "--output",
+                          str(output), "--master", "local[1]"], capture_output=True, text=True, env=envs, timeout=300)
+    assert res.returncode != 0, res.stdout + res.stderr
+    assert (f"--output {output}: a path without a scheme is on hdfs://127.0.0.1:9/ to Spark (fs.defaultFS), not on "
+            "the local disk this command checked: give the full URI (file:///... or hdfs://127.0.0.1:9/...)"
+            in res.stderr), res.stderr
+    assert not output.exists()
+
+
 def test_stop_without_a_running_stream_says_so_and_asks_nothing(pipeline, source_db, tmp_path):
     write, env = pipeline
     config = write([source_db.table("orders")], f"state:\n  path: {tmp_path / 'state'}\n")
