@@ -45,7 +45,7 @@ deps: system-deps $(DEPS_STAMP)
 TEST_WORKERS ?= 2
 
 test: deps
-	$(PY) -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
+	$(PY) -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder) $(PYTEST_ARGS)
 
 test-fast: deps
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

@@ -75,10 +75,24 @@ def machine_share(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
 
 
 def pytest_collection_modifyitems(items):
+    """Marks each test with its tier, and orders the files slowest tier first (e2e, component, unit), the files
+    of a tier by their number of tests, most first. pytest-xdist hands the files out in this order
+    (``--dist loadfile --no-loadscope-reorder``), so the run ends on many short files that keep both workers
+    busy, not on one worker's long e2e file while the other has nothing left."""
+    per_file: dict[str, int] = {}
     for item in items:
         tier = next((t for t in TIERS if f"/tests/{t}/" in str(item.fspath)), None)
         if tier:
             item.add_marker(getattr(pytest.mark, tier))
+        per_file[str(item.fspath)] = per_file.get(str(item.fspath), 0) + 1
+    rank = {t: -i for i, t in enumerate(TIERS)}
+
+    def order(item) -> tuple[int, int, str]:
+        path = str(item.fspath)
+        tier = next((t for t in TIERS if f"/tests/{t}/" in path), None)
+        return rank.get(tier, 1), -per_file[path], path
+
+    items.sort(key=order)  # stable: a file's tests keep their order
 
 
 @pytest.fixture(scope="session")
