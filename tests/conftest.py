@@ -6,6 +6,7 @@ PostgreSQL, ``e2e`` runs Spark jobs and Airflow DAGs against them.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import fcntl
 import itertools
@@ -74,25 +75,22 @@ def machine_share(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def _tier(item) -> str | None:
+    return next((t for t in TIERS if f"/tests/{t}/" in str(item.fspath)), None)
+
+
 def pytest_collection_modifyitems(items):
     """Marks each test with its tier, and orders the files slowest tier first (e2e, component, unit), the files
     of a tier by their number of tests, most first. pytest-xdist hands the files out in this order
     (``--dist loadfile --no-loadscope-reorder``), so the run ends on many short files that keep both workers
     busy, not on one worker's long e2e file while the other has nothing left."""
-    per_file: dict[str, int] = {}
+    per_file = collections.Counter(str(item.fspath) for item in items)
+    slowest_first = {t: -i for i, t in enumerate(TIERS)}
     for item in items:
-        tier = next((t for t in TIERS if f"/tests/{t}/" in str(item.fspath)), None)
-        if tier:
+        if tier := _tier(item):
             item.add_marker(getattr(pytest.mark, tier))
-        per_file[str(item.fspath)] = per_file.get(str(item.fspath), 0) + 1
-    rank = {t: -i for i, t in enumerate(TIERS)}
-
-    def order(item) -> tuple[int, int, str]:
-        path = str(item.fspath)
-        tier = next((t for t in TIERS if f"/tests/{t}/" in path), None)
-        return rank.get(tier, 1), -per_file[path], path
-
-    items.sort(key=order)  # stable: a file's tests keep their order
+    # stable: a file's tests keep their order
+    items.sort(key=lambda item: (slowest_first.get(_tier(item), 1), -per_file[str(item.fspath)], str(item.fspath)))
 
 
 @pytest.fixture(scope="session")
