@@ -39,10 +39,13 @@ _server_ids = itertools.count(7001)
 
 @pytest.fixture(scope="session", autouse=True)
 def class_archive_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The JVM class archives of this test session's spark-submits: dumped by the first job of each kind,
-    mapped by the others; the user's own cache is left alone."""
+    """The JVM class archives of this test run's spark-submits, one directory for all its workers: the first
+    job of each kind dumps its archive, every later one maps it; the user's own cache is left alone."""
     old = os.environ.get(ARCHIVE_DIR_ENV)
-    os.environ[ARCHIVE_DIR_ENV] = str(tmp_path_factory.mktemp("jvm-class-archives"))
+    base = tmp_path_factory.getbasetemp()
+    run = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the run's folder holds each worker's
+    (run / "jvm-class-archives").mkdir(exist_ok=True)
+    os.environ[ARCHIVE_DIR_ENV] = str(run / "jvm-class-archives")
     try:
         yield os.environ[ARCHIVE_DIR_ENV]
     finally:
