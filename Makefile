@@ -10,13 +10,12 @@ APT_PACKAGES := mariadb-server mariadb-client default-jre-headless libmariadb-ja
 DEPS_STAMP := $(VENV)/.deps-$(shell cat setup.cfg requirements/constraints.txt | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: help system-deps deps test test-extended test-fast demo bench soak clean
+.PHONY: help system-deps deps test test-fast demo bench soak clean
 
 help:
 	@echo "make demo   - run the example pipeline end to end on the embedded defaults (SINK=delta: into Delta Lake)"
 	@echo "make test   - install what is missing, then run the whole test suite"
 	@echo "make test-fast - the unit tier only: no services, under a minute"
-	@echo "make test-extended - the test variants make test leaves out (other tests cover their parts)"
 	@echo "make soak   - the load and fault scenarios at soak sizes (1M-row sysbench load, ...); prints a table"
 	@echo "make bench  - performance scenarios vs the baselines, measured in the same run (BENCH_ARGS=--help)"
 
@@ -46,11 +45,7 @@ deps: system-deps $(DEPS_STAMP)
 TEST_WORKERS ?= 2
 
 test: deps
-	$(PY) -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder) -m "not extended" $(PYTEST_ARGS)
-
-# the variants make test leaves out because other tests cover their parts (marker extended)
-test-extended: deps
-	$(PY) -m pytest -m extended $(PYTEST_ARGS)
+	$(PY) -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder) $(PYTEST_ARGS)
 
 test-fast: deps
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

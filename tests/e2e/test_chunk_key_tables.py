@@ -14,7 +14,7 @@ from .cdc_helpers import Pipeline, jdbc_sink, parquet_sink, sink_rows, source_ro
 DRIVER = 4 * 2**20  # stream.driver_batch_bytes: every batch of this test is smaller
 
 
-@pytest.mark.parametrize("sink_type", [pytest.param("parquet", marks=pytest.mark.extended), "jdbc"])  # the source's part
+@pytest.mark.parametrize("sink_type", ["parquet", "jdbc"])
 def test_a_table_keyed_by_its_chunk_key_streams_and_equals_the_source(source_db, tmp_path, spark, postgres, sink_type):
     db = source_db
     # two unique keys of NOT NULL columns: the server promotes the first (code), the chunk key is the second (id)

@@ -78,8 +78,7 @@ def assert_equal_row_by_row(p: Pipeline, spark, db, table: str) -> dict[tuple, t
     return want
 
 
-# parquet's driver batches: also test_parquet_files_from_the_driver_are_the_files_spark_writes
-@pytest.mark.parametrize("sink_type", [pytest.param("parquet", marks=pytest.mark.extended), "jdbc", "delta"])
+@pytest.mark.parametrize("sink_type", ["parquet", "jdbc", "delta"])
 def test_small_batches_from_the_driver_equal_the_source_row_by_row(source_db, tmp_path, spark, postgres, sink_type):
     names = ["walls", "stamps"] + ([] if sink_type == "parquet" else ["all_types"])
     columns = make_tables(source_db, names)

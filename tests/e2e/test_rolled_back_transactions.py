@@ -11,7 +11,7 @@ from ..component.test_rolled_back_transactions import run
 from .cdc_helpers import Pipeline, jdbc_sink, parquet_sink, sink_rows, source_rows, table_types
 
 
-@pytest.mark.parametrize("sink_type", [pytest.param("parquet", marks=pytest.mark.extended), "jdbc"])  # the source's part
+@pytest.mark.parametrize("sink_type", ["parquet", "jdbc"])
 def test_rolled_back_rows_never_reach_the_sinks(source_db, tmp_path, spark, postgres, sink_type):
     db = source_db
     db.execute("CREATE TABLE orders (id INT PRIMARY KEY, v INT, note VARCHAR(20)) ENGINE=InnoDB")

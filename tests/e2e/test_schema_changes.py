@@ -173,7 +173,7 @@ def test_truncate_alter_and_drop_each_at_its_position_then_the_held_table_conver
     assert want[(2,)] == (2, "n2", 5000000000, "big") and want[(50,)] == (50, "n50", 50, "x")
 
 
-@pytest.mark.parametrize("sink_type", [pytest.param("parquet", marks=pytest.mark.extended), "jdbc"])  # the source's part
+@pytest.mark.parametrize("sink_type", ["parquet", "jdbc"])
 def test_a_table_created_again_and_a_temporary_tables_rename_are_re_snapshotted(source_db, tmp_path, spark, postgres,
                                                                                sink_type):
     """``m`` is dropped and created again under a definition whose row events look like the old one's (a FLOAT's

@@ -44,8 +44,7 @@ def evolved(p) -> list[tuple[str, str]]:
     return [(c.kind, c.table.table) for c in p.state.schema_changes()]
 
 
-# parquet's: the continuous test; delta's in-place ALTERs and kills: the continuous test and test_delta_sink.py
-@pytest.mark.parametrize("sink_type", ["jdbc", pytest.param("delta", marks=pytest.mark.extended)])
+@pytest.mark.parametrize("sink_type", ["jdbc", "delta"])  # parquet's: the continuous test
 def test_alter_between_runs_is_applied_in_place_with_pending_old_rows_and_a_kill_after_it(
         source_db, tmp_path, spark, postgres, sink_type):
     db = source_db
