@@ -34,7 +34,7 @@ from airflow_cdc_provider.pipeline.job_errors import root_cause
 from airflow_cdc_provider.pipeline.jobspec import SECRETS_ENV, SECRETS_FILE_ENV, write_secrets_file
 from airflow_cdc_provider.spark.launch.class_archive import ClassArchive
 from airflow_cdc_provider.spark.launch.package import package_archive
-from airflow_cdc_provider.spark.launch.python_launcher import python_launcher
+from airflow_cdc_provider.spark.launch.python_launcher import launcher_env
 from airflow_cdc_provider.spark.launch.target import DRIVER_JAVA_OPTIONS, PYTHON_RUNNER, SparkTarget
 from airflow_cdc_provider.spark.session import default_jars, with_driver_conf
 from airflow_cdc_provider.spark_jobs import application_path
@@ -209,9 +209,9 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
             return
         archive = ClassArchive.for_job(self.job, spark_provider.spark_binary(self) or "spark-submit", self.env_vars,
                                        str((self.conf or {}).get("spark.driver.extraClassPath", "")))
-        if archive is None or (detached and not archive.path.exists()):
+        if archive is None:
             return
-        options = archive.java_options()
+        options = archive.java_options(may_dump=not detached)
         if ClassArchive.dumps(options):
             self.log.info("this job's JVM dumps a class archive when it exits (once per machine, a few seconds): "
                           "later %s jobs start sooner", self.job)
@@ -225,13 +225,9 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
         every Python process Spark starts. Not when the DAG chose its own Python (``env_vars``)."""
         if self._python_chosen:
             return
-        launcher = python_launcher()
-        if launcher is None:
-            return
-        env = {**(self.env_vars or {}), "PYSPARK_DRIVER_PYTHON": launcher}
-        if target.local:  # executors elsewhere have their own Python; this path is one of this machine
-            env["PYSPARK_PYTHON"] = launcher
-        self.env_vars = env
+        launch = launcher_env(target.local)
+        if launch:
+            self.env_vars = {**(self.env_vars or {}), **launch}
 
     def _use_throughput_gc(self) -> None:
         if not chooses_gc(self._driver_java_options()):

@@ -16,7 +16,7 @@ from typing import Any
 
 from airflow_cdc_provider.pipeline.jobspec import SECRETS_FILE_ENV, JobSpec, write_secrets_file
 from airflow_cdc_provider.spark.launch.class_archive import ClassArchive
-from airflow_cdc_provider.spark.launch.python_launcher import python_launcher
+from airflow_cdc_provider.spark.launch.python_launcher import launcher_env
 from airflow_cdc_provider.spark.session import default_jars
 from airflow_cdc_provider.spark_jobs import application_path
 
@@ -45,15 +45,13 @@ def submit(app: str, spec: JobSpec, secrets: dict[str, str], workdir: str | os.P
     spec_path = spec.write(work / f"spec-{app}-{tag}.json")
     secrets_path = write_secrets_file(work / f"secrets-{tag}.json", secrets)
     archive = ClassArchive.for_job(app, spark_submit_binary(), env)
-    # a job in the background may be killed before it exits: it maps a published archive, it never dumps one
-    options = archive.java_options() if archive and (not background or archive.path.exists()) else ""
-    launcher = python_launcher()
-    python = {"PYSPARK_DRIVER_PYTHON": launcher, **({"PYSPARK_PYTHON": launcher} if master.startswith("local") else {})}
+    options = archive.java_options(may_dump=not background) if archive else ""  # a background job may be killed
     cmd = [spark_submit_binary(), "--master", master, "--conf", "spark.ui.enabled=false",
            "--conf", "spark.sql.shuffle.partitions=4", "--driver-memory", "1g",
            *(["--driver-java-options", options] if options else []),
            "--jars", ",".join(default_jars()), application_path(app), "--spec", str(spec_path)]
-    full_env = spark_env({SECRETS_FILE_ENV: str(secrets_path), **(python if launcher else {}), **(env or {})})
+    full_env = spark_env({SECRETS_FILE_ENV: str(secrets_path), **launcher_env(master.startswith("local")),
+                          **(env or {})})
     log = open(work / f"{app}-{tag}.log", "wb")
     if background:
         return subprocess.Popen(cmd, env=full_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -65,6 +63,8 @@ def submit(app: str, spec: JobSpec, secrets: dict[str, str], workdir: str | os.P
         raise
     finally:
         log.close()
-    if archive and not (done.returncode == 0 and archive.publish(options)):
+    if archive and done.returncode == 0:
+        archive.publish(options)  # drops the claim, published or not
+    elif archive:
         archive.abandon(options)
     return done

@@ -106,12 +106,13 @@ class ClassArchive:
     def dump(self) -> Path:
         return self.path.with_name(self.path.name + f".dump-{os.getpid()}")
 
-    def java_options(self) -> str:
+    def java_options(self, may_dump: bool = True) -> str:
         """Options for the driver JVM: map the archive, or dump it at exit if no other job is dumping it, or
-        nothing (a job then starts as it would without an archive)."""
+        nothing (a job then starts as it would without an archive). ``may_dump=False`` for a job that may not
+        exit normally here (detached, or killed by its caller): it maps a published archive, never dumps one."""
         if self.path.exists():
             return f"{_LENIENT} {_QUIET} {_MAP}{self.path}"
-        if self._take_claim():
+        if may_dump and self._take_claim():
             return f"{_LENIENT} {_QUIET} {_DUMP}{self.dump}"
         return ""
 

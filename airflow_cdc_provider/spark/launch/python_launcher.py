@@ -87,3 +87,13 @@ def python_launcher(python: str | None = None, directory: Path | None = None) ->
             tmp.unlink()
         return None
     return str(path)
+
+
+def launcher_env(local_master: bool) -> dict[str, str]:
+    """The environment that starts a spark-submit's Python processes through the launcher: the driver's always
+    (it runs here), the workers' and planners' on a local master only (executors elsewhere have their own
+    Python). Empty when there is no launcher."""
+    launcher = python_launcher()
+    if launcher is None:
+        return {}
+    return {"PYSPARK_DRIVER_PYTHON": launcher, **({"PYSPARK_PYTHON": launcher} if local_master else {})}
