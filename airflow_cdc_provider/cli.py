@@ -121,6 +121,7 @@ def _snapshots_due(pipeline, plan: ChunkPlan) -> dict[str, str]:
     """The tables of ``plan`` the next run snapshots whatever they hold, with why, as the plan task decides it: a
     pending resync (a schema change the stream could not apply in place, a drop followed by a table of the name)
     or a table captured again after ``uncapture``."""
+    from airflow_cdc_provider.pipeline.renames import renames_due
     from airflow_cdc_provider.pipeline.table_schemas import resnapshots_due
 
     planned = {str(s.table) for s in plan.schemas}
@@ -128,6 +129,10 @@ def _snapshots_due(pipeline, plan: ChunkPlan) -> dict[str, str]:
            if name in planned}
     for name in sorted(pipeline.state.recaptured_tables() & planned - set(due)):
         due[name] = "taken out by airflow-cdc uncapture and captured again; its sink holds the rows of before"
+    carried = {**pipeline.state.carried_tables(),
+               **{new: r.old for new, r in renames_due(pipeline.state, pipeline.source_tables).items()}}
+    for name in sorted(set(carried) & planned - set(due)):
+        due[name] = f"renamed from {carried[name]} on the source; carries its sink data over"
     return due
 
 
@@ -148,7 +153,7 @@ def _spark_pipeline(args: argparse.Namespace):
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from airflow_cdc_provider.pipeline.table_schemas import dropped_tables
+    from airflow_cdc_provider.pipeline.renames import why_gone
     from airflow_cdc_provider.sinks.types import TableSinkTypes
     from airflow_cdc_provider.spark.session import spark_session, stop_session
     from airflow_cdc_provider.spark.verify import verify_table
@@ -181,9 +186,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     finally:
         stop_session(spark)
     equal = all(v.equal for v in verdicts) and not waiting
-    dropped = dropped_tables(pipeline.state)
-    gone = {name: dropped[name].describe() if name in dropped else "the stream has not reached its drop yet"
-            for name in plan.validation.gone}
+    gone = {name: why_gone(pipeline.state, name) for name in plan.validation.gone}
     if args.json:
         json.dump({"dag_id": cfg.dag_id, "equal": equal, "tables": [v.to_dict() for v in verdicts],
                    "dropped": gone, "not_snapshotted": waiting}, sys.stdout, indent=2)
@@ -191,7 +194,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     else:
         print(f"Verify {cfg.dag_id}: source {pipeline.source.describe()} vs {sink.describe()}")
         for name, how in gone.items():
-            print(f"  {name:<40} DROPPED   not on the source any more ({how}); its sink data is kept")
+            print(f"  {name:<40} DROPPED   not on the source any more ({how})")
         for name, why in waiting.items():
             print(f"  {name:<40} NOT YET   {why}")
         for v in verdicts:

@@ -6,7 +6,8 @@ row event, so the stream must see them as events too:
 * ``truncate``: every row of the table is gone (TRUNCATE TABLE). Applied by the sinks at its position: rows
   with an older version disappear, later changes apply normally.
 * ``drop``: the table left the source (DROP TABLE, a rename to another name). Applied like a truncate; the
-  sinks keep nothing of it current and mark it dropped.
+  sinks keep nothing of it current and mark it dropped. A rename's drop names the new name (``renamed_to``):
+  when the next run finds that name captured and new, the sink data moves there (``pipeline.renames``).
 * ``resync``: the table's rows or definition changed in a way the binlog does not spell out row by row (an ALTER
   that adds, drops, renames or retypes columns, a table renamed into the captured name, the name created again by
   CREATE TABLE or CREATE OR REPLACE, a statement about the table that cannot be classified). The stream holds the
@@ -42,13 +43,15 @@ KIND_OF_OP = {op: kind for kind, op in OP_OF_KIND.items()}
 @dataclass(frozen=True)
 class SchemaChange:
     """``kind`` of change to ``table`` by ``statement`` (the SQL as logged), at ``position`` once read from the
-    binlog; ``detail`` says what the statement did to the table in words (for logs and errors)."""
+    binlog; ``detail`` says what the statement did to the table in words (for logs and errors); ``renamed_to``:
+    for a drop by a rename, the table's new name."""
 
     kind: str
     table: TableId
     statement: str
     detail: str = ""
     position: EventPosition | None = None
+    renamed_to: TableId | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -68,14 +71,17 @@ class SchemaChange:
         return f"{self.kind} of {self.table}{what}{where}{said}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "table": str(self.table), "statement": self.statement, "detail": self.detail,
-                "position": None if self.position is None else self.position.to_dict()}
+        out = {"kind": self.kind, "table": str(self.table), "statement": self.statement, "detail": self.detail,
+               "position": None if self.position is None else self.position.to_dict()}
+        return out if self.renamed_to is None else {**out, "renamed_to": str(self.renamed_to)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "SchemaChange":
         p = data.get("position")
+        renamed_to = data.get("renamed_to")
         return cls(data["kind"], TableId.parse(data["table"]), data["statement"], data.get("detail", ""),
-                   EventPosition(p["file"], int(p["pos"]), int(p.get("row", 0))) if p else None)
+                   EventPosition(p["file"], int(p["pos"]), int(p.get("row", 0))) if p else None,
+                   TableId.parse(renamed_to) if renamed_to else None)
 
 
 def shorten(statement: str, limit: int = 200) -> str:

@@ -11,8 +11,10 @@ from airflow.sdk import BaseOperator
 from airflow_cdc_provider.core.chunks import ChunkTask
 from airflow_cdc_provider.operators.dag_run import is_backfill, snapshots_under_way
 from airflow_cdc_provider.pipeline.plan import plan_chunks, startup_seed
+from airflow_cdc_provider.pipeline.renames import awaiting_drops, carry_over, finish_carried, renames_due, why_gone
 from airflow_cdc_provider.pipeline.resolve import claim_sink, load_pipeline, sink_moved
 from airflow_cdc_provider.pipeline.table_schemas import dropped_tables, resnapshots_due
+from airflow_cdc_provider.pipeline.uncapture import held_tables
 from airflow_cdc_provider.source.validation import SourceValidationError
 from airflow_cdc_provider.state.records import PlannedSnapshot, TablePlan
 
@@ -59,6 +61,9 @@ class PlanChunksOperator(BaseOperator):
     ``plan`` for ``CollectWatermarksOperator``. Chunks share a task up to ``snapshot.rows_per_task`` rows (one
     Spark application, one JVM start): a bigger table's consecutive chunks (read in one watermark window), or
     several whole small tables, read one after the other; set it to ``chunk_size`` for one task per chunk.
+    A table the source renamed to a name ``source.tables`` matches moves there with its sink data and is
+    snapshotted under that name; while the stream has not read how a table it reads left the source, a table new
+    to the pipeline waits, as it may be that one renamed (``pipeline.renames``).
     """
 
     template_fields: Sequence[str] = ("config",)
@@ -96,6 +101,13 @@ class PlanChunksOperator(BaseOperator):
         resyncs = {} if backfill else resnapshots_due(p.state, p.source_tables)
         for name, change in resyncs.items():
             self.log.warning("%s: re-snapshotted now, as the stream's schema change asks", change.describe())
+        # a table renamed to a name source.tables captures moves there (pipeline.renames); a backfill leaves it
+        carried = set() if backfill else set(finish_carried(p.state, p.open_sink()))
+        renames = {} if backfill else renames_due(p.state, p.source_tables)
+        carried |= set(renames)
+        # until the stream has read how a table it reads left the source, a new table may be that one renamed
+        awaiting = set() if backfill else awaiting_drops(p.state, p.source_tables(), p.source_position)
+        held = held_tables(p.state) if awaiting else set()
 
         # another run's snapshot under way (a continuous pipeline runs two at a time) is left to it, unless named;
         # looked up once, and only if a table not named needs a snapshot
@@ -110,8 +122,13 @@ class PlanChunksOperator(BaseOperator):
             nonlocal under_way
             name = str(schema.table)
             if name not in decided:
-                wanted = name in resnapshot or name in resyncs or name in recaptured or \
+                wanted = name in resnapshot or name in resyncs or name in recaptured or name in carried or \
                     (snapshot_first and name not in finished)
+                if wanted and awaiting and name not in held | carried | resnapshot:
+                    self.log.warning("%s: new to the pipeline while the stream has not read how %s left the source: "
+                                     "it waits for a run after the stream has (if it is that table renamed, its sink "
+                                     "data moves to it then)", name, ", ".join(sorted(awaiting)))
+                    wanted = False
                 if wanted and name not in resnapshot and under_way is None:
                     under_way = snapshots_under_way(context, p.state.planned_snapshots())
                 decided[name] = wanted and (name in resnapshot or name not in (under_way or {}))
@@ -126,10 +143,9 @@ class PlanChunksOperator(BaseOperator):
                            chunks_per_task=p.config.snapshot.chunks_per_task, captured_before=p.captured_before(),
                            schema_changes_per_table=p.config.stream.schema_changes_per_table)
         for name in plan.validation.gone:
-            drop = dropped_tables(p.state).get(name)
-            self.log.warning("table %s no longer exists on the source (%s): nothing of it is planned; its sink data "
-                             "is kept%s", name, drop.describe() if drop else "the stream has not reached its drop yet",
-                             "" if drop else " and the stream applies its changes up to the drop")
+            self.log.warning("table %s no longer exists on the source (%s): nothing of it is planned%s", name,
+                             why_gone(p.state, name), "" if name in dropped_tables(p.state) or name in
+                             p.state.renamed_tables() else "; the stream applies its changes up to the drop")
         unknown = resnapshot - {str(s.table) for s in plan.schemas}
         if unknown:
             from airflow.sdk.exceptions import AirflowFailException
@@ -137,6 +153,7 @@ class PlanChunksOperator(BaseOperator):
             raise AirflowFailException(f"dag_run.conf resnapshot names tables this pipeline does not capture: {sorted(unknown)}")
         todo = [s for s in plan.schemas if needs_snapshot(s)]
         self._stop_a_stream_that_misses(p, {str(s.table) for s in todo}, backfill)
+        self._carry_over(p, [(renames[str(s.table)], s.key_columns) for s in todo if str(s.table) in renames])
         epoch = int(time.time() * 1000)
         chunks, tasks = plan.chunks, plan.tasks
         per_table = {str(s.table): TablePlan(epoch, sum(1 for c in chunks if c.table == s.table)) for s in todo}
@@ -147,6 +164,29 @@ class PlanChunksOperator(BaseOperator):
         self.log.info("snapshot of %d table(s) in %d chunk(s), %d task(s); already finished: %s",
                       len(todo), len(chunks), len(tasks), sorted(set(finished) - set(per_table)) or "none")
         return [ChunkTask([replace(c, epoch=epoch) for c in t.chunks]).to_dict() for t in tasks]
+
+    def _carry_over(self, p, renames: list) -> None:
+        """Move each renamed table's sink data to its new name before the new name's snapshot writes there
+        (``pipeline.renames``); one that cannot be moved stays dropped, and its new name is a new table."""
+        if not renames:
+            return
+        from airflow_cdc_provider.operators.stream import holder_alive
+
+        holder = p.state.read_lease()
+        if holder is not None and holder_alive(p, holder, float(p.stream.heartbeat_timeout)):
+            from airflow.sdk.exceptions import AirflowException
+
+            raise AirflowException(f"the running stream ({holder.holder}) must stop before {renames[0][0].describe()} "
+                                   "is carried over; stop it (airflow-cdc stop) and run this task again")
+        sink = p.open_sink()
+        for rename, key_columns in renames:
+            why = carry_over(rename, p.state, sink, key_columns)
+            if why is None:
+                self.log.warning("%s: its sink data moved to %s, which is snapshotted now; %s is no longer captured",
+                                 rename.describe(), rename.new, rename.old)
+            else:
+                self.log.warning("%s: not carried over (%s): %s stays dropped with its sink data, and %s is snapshotted "
+                                 "as a new table", rename.describe(), why, rename.old, rename.new)
 
     def _uncapture(self, context: Any, p, tables: Any) -> None:
         """``dag_run.conf["uncapture"]``: the tables to take out of the pipeline, as ``airflow-cdc uncapture`` does,

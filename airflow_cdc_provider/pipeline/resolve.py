@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable
 
+from airflow_cdc_provider.core.offsets import BinlogOffset
 from airflow_cdc_provider.pipeline.config import ConfigError, PipelineConfig, StreamConfig, load_config
 from airflow_cdc_provider.pipeline.connections import resolve_mysql
 from airflow_cdc_provider.pipeline.jobspec import JobSpec
@@ -50,17 +51,26 @@ class Pipeline:
     def captured_tables(self) -> list[str]:
         """The tables ``source.tables`` (names, globs, regexes) match on the source now, and those the pipeline
         read before that the source no longer has and whose drop the stream has not applied yet (it must
-        still read their changes up to it)."""
+        still read their changes up to it). While there is one, a new table waits (``pipeline.renames``)."""
         from airflow_cdc_provider.pipeline.table_schemas import dropped_tables
         from airflow_cdc_provider.source.connection import connect
         from airflow_cdc_provider.source.schema import discover, list_tables
+
+        from airflow_cdc_provider.pipeline.renames import awaiting_drops
+        from airflow_cdc_provider.pipeline.uncapture import held_tables
+
+        from airflow_cdc_provider.source.server import current_offset
 
         before = self.captured_before()
         with contextlib.closing(connect(self.source)) as conn:
             existing = {str(t) for t in list_tables(conn)}
             patterns = [p for p in self.config.source.tables if not (p in before and p not in existing)]
             found = [str(t) for t in discover(conn, patterns)] if patterns else []
-        applied = dropped_tables(self.state)
+            awaiting = awaiting_drops(self.state, existing, lambda: current_offset(conn))
+        if awaiting:  # a new table may be one of them renamed: it waits
+            held = held_tables(self.state)
+            found = [t for t in found if t in held]
+        applied = set(dropped_tables(self.state)) | set(self.state.renamed_tables())
         return found + sorted(t for t in before - existing if t not in found and t not in applied)
 
     def source_tables(self) -> set[str]:
@@ -71,10 +81,18 @@ class Pipeline:
         with contextlib.closing(connect(self.source)) as conn:
             return {str(t) for t in list_tables(conn)}
 
+    def source_position(self) -> BinlogOffset:
+        """The source's binlog position now."""
+        from airflow_cdc_provider.source.connection import connect
+        from airflow_cdc_provider.source.server import current_offset
+
+        with contextlib.closing(connect(self.source)) as conn:
+            return current_offset(conn)
+
     def captured_before(self) -> set[str]:
         """The tables this pipeline has snapshotted or streamed: one of them missing on the source was dropped or
-        renamed away, not misspelt."""
-        return captured_tables_in(self.state)
+        renamed away, not misspelt. A table carried over to its new name (``pipeline.renames``) counts too."""
+        return captured_tables_in(self.state) | set(self.state.renamed_tables())
 
     def server_id(self, slot: int) -> int:
         """A replica server id from the connection's range (extra ``server_id_range``), one per concurrent

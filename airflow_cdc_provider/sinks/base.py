@@ -26,6 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Protocol
 
+from airflow_cdc_provider.state.store import table_dir_name
+
 if TYPE_CHECKING:
     from airflow_cdc_provider.pipeline.chunk_window import WindowChanges
 
@@ -189,6 +191,13 @@ class Sink(abc.ABC):
         older than it are gone, newer ones stay. Idempotent, and correct whether the batch's rows were written
         before or after it. A sink whose ``current_state`` reads the change's record needs nothing here."""
 
+    def move_table(self, old: str, new: str) -> str | None:
+        """Move table ``old``'s sink data (rows, changelog, recorded versions) to ``new``, which the sink does not
+        hold: the source renamed the table (``pipeline.renames``); nothing writes either table meanwhile. Moved
+        already (``old`` gone, ``new`` there) counts as done. Returns None once moved, else why the sink cannot
+        (nothing is moved then)."""
+        return f"the {self.type} sink does not move a table's data to another name"
+
     def definition(self, table: str) -> "SinkDefinition | None":
         """The data columns the sink's table has now and the table version it is at (``source.table_versions``);
         None when the table does not exist in the sink yet."""
@@ -220,6 +229,19 @@ class FileSink(Sink):
 
     def describe(self) -> str:
         return f"{self.type} sink at {self.config.path}"
+
+    def move_table(self, old: str, new: str) -> str | None:
+        """The table's directory renamed, in one step; refused where a directory rename is a copy of each file
+        (an object store), which a crash could leave half done under both names."""
+        storage = self.layout.storage
+        if not storage.renames_atomically:
+            return f"a directory rename on {storage.protocol}:// copies each file, so it is not done"
+        source, target = table_dir_name(old), table_dir_name(new)
+        if storage.exists(target):
+            return None if not storage.exists(source) else f"{self.describe()} holds {new} already"
+        if storage.exists(source):
+            storage.rename(source, target)
+        return None
 
     def remove_abandoned_staging(self, table: str) -> None:
         """Staged rows a killed window or batch left behind (its retry stages anew): removed once nothing was

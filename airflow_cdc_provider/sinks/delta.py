@@ -766,6 +766,26 @@ class DeltaSink(FileSink):
 
         committing(f"{table}: {change.kind}", mark)
 
+    def move_table(self, old: str, new: str) -> str | None:
+        """The table's directory moved (``FileSink.move_table``), then the table version it records taken over
+        by the new name (it is kept per name) and its description saying where it came from."""
+        refused = super().move_table(old, new)
+        if refused is not None or self.open_table(new) is None:
+            return refused
+        described = f"source table {old}, renamed to {new}"
+
+        def relabel():
+            dt = self.open_table(new)
+            recorded = schema_record(dt, old)
+            if schema_record(dt, new) < recorded:
+                record_schema(dt, new, *recorded, f"moved from {old}")
+                dt = self.open_table(new)
+            if dt.metadata().description != described:
+                dt.alter.set_table_description(described)
+
+        committing(f"{new}: moved from {old}", relabel)
+        return refused
+
     # -- snapshot windows ---------------------------------------------------------------------------------
     def open_window(self, rows, types, epoch: int, indexes: list[int], low_watermark: Version,
                     retried: set[int]) -> "StagedDeltaWindow":

@@ -410,6 +410,30 @@ class PostgresMirror:
         with self.cursor() as cur:
             return self._tombstone(cur, table, "({v}) < (%s, %s, %s)", tuple(version), op, tuple(version))
 
+    def move(self, old: str, new: str) -> str | None:
+        """``Sink.move_table``: the mirror renamed and its recorded version moved with it, in one transaction."""
+        try:
+            moved_to = pg_ident(mirror_table_name(new))
+        except SinkError as exc:
+            return str(exc)
+        with self.cursor() as cur:
+            cur.execute("SELECT to_regclass(%s), to_regclass(%s), to_regclass(%s)",
+                        (self.qualified(old), self.qualified(new), self.versions_table()))
+            source, target, versions = (r is not None for r in cur.fetchone())
+            if target:
+                return f"{self.qualified(new)} exists already" if source else None
+            if not source:
+                return None
+            cur.execute(f"ALTER TABLE {self.qualified(old)} RENAME TO {moved_to}")
+            if versions:  # a record of the new name whose mirror is gone (dropped by hand) records nothing
+                cur.execute(f"DELETE FROM {with_params(self.versions_table())} WHERE mirror = %s",
+                            (mirror_table_name(new),))
+                cur.execute(f"UPDATE {with_params(self.versions_table())} SET mirror = %s, updated_at = now() "
+                            "WHERE mirror = %s", (mirror_table_name(new), mirror_table_name(old)))
+            cur.execute(f"COMMENT ON TABLE {with_params(self.qualified(new))} IS %s",
+                        (f"source table {old}, renamed to {new}",))
+        return None
+
     def comment(self, table: str, text: str | None) -> None:
         with self.cursor() as cur:
             cur.execute(f"COMMENT ON TABLE {with_params(self.qualified(table))} IS %s", (text,))
@@ -659,6 +683,9 @@ class PostgresSink(Sink):
         self.mirror.tombstone_older(table, change.position.sort_key, change.op)
         if change.op == "x":
             self.mirror.comment(table, f"source table dropped at {change.position.file}:{change.position.pos}")
+
+    def move_table(self, old: str, new: str) -> str | None:
+        return self.mirror.move(old, new)
 
     def definition(self, table: str) -> SinkDefinition | None:
         with self.mirror.cursor() as cur:

@@ -56,8 +56,9 @@ NOT_UNDERSTOOD = "statement not understood"
 ROWS_WITHOUT_ROW_EVENTS = "rows changed by a statement logged as SQL, not as row events"
 CREATED_AGAIN = "created again under a definition its row events may not show"
 
-# (kind, table, detail) for any table; only the captured tables' become SchemaChanges
-_Change = tuple[str, TableId, str]
+# (kind, table, detail) for any table, and a rename's drop also the new name; only the captured tables' become
+# SchemaChanges
+_Change = tuple[str, TableId, str] | tuple[str, TableId, str, TableId]
 
 # statements that change no table, recognised before anything is tokenized (BEGIN NOT ATOMIC is MariaDB's
 # compound statement, not a transaction)
@@ -239,10 +240,10 @@ def _captured_changes(changes: Iterable[_Change], statement: str,
     first), in statement order."""
     seen: set[TableId] = set()
     result = []
-    for kind, table, detail in changes:
+    for kind, table, detail, *renamed_to in changes:
         if table not in seen and captured(table):
             seen.add(table)
-            result.append(SchemaChange(kind, table, statement, detail))
+            result.append(SchemaChange(kind, table, statement, detail, renamed_to=next(iter(renamed_to), None)))
     return result
 
 
@@ -643,7 +644,7 @@ def _renames(moves: list[tuple[TableId, TableId]]) -> list[_Change]:
     changes = []
     for name, original in holds.items():
         if original is None and name in now_at:
-            changes.append((DROP, name, f"renamed to {now_at[name]}"))
+            changes.append((DROP, name, f"renamed to {now_at[name]}", now_at[name]))
         elif original is not None and original != name:
             changes.append((RESYNC, name, f"replaced by {original} (renamed)"))
     return changes

@@ -61,11 +61,13 @@ def source_row(rec, types, columns: dict[str, int]) -> list:
 
 def schema_change_row(change, columns: dict[str, int]) -> list:
     """A schema change as a row of the source's schema: its op (``t`` truncate, ``x`` drop, ``s`` resync), its
-    position, and the statement with what it did and its binlog file (JSON); no image."""
+    position, and the statement with what it did, its binlog file and a rename's new name (JSON); no image."""
     seq, pos, row = change.position.sort_key
     values = [None] * (META_WIDTH + len(columns))
-    values[:META_WIDTH] = (str(change.table), change.op, 0, seq, pos, row,
-                           json.dumps({"statement": change.statement, "detail": change.detail, "file": change.position.file}))
+    said = {"statement": change.statement, "detail": change.detail, "file": change.position.file}
+    if change.renamed_to is not None:
+        said["renamed_to"] = str(change.renamed_to)
+    values[:META_WIDTH] = (str(change.table), change.op, 0, seq, pos, row, json.dumps(said))
     return values
 
 

@@ -179,7 +179,8 @@ class BatchWriter:
         for r in sorted(unique.values(), key=lambda r: (r["file_seq"], r["pos"], r["row"])):
             said = json.loads(r["statement"] or "{}")
             change = SchemaChange(KIND_OF_OP[r["op"]], TableId.parse(r["table"]), said.get("statement", ""),
-                                  said.get("detail", ""), EventPosition(said["file"], int(r["pos"]), int(r["row"])))
+                                  said.get("detail", ""), EventPosition(said["file"], int(r["pos"]), int(r["row"])),
+                                  TableId.parse(said["renamed_to"]) if said.get("renamed_to") else None)
             if change.kind == RESYNC and str(change.table) in held:
                 continue
             held |= {str(change.table)} if change.kind == RESYNC else set()

@@ -66,6 +66,11 @@ class Storage:
     def is_local(self) -> bool:
         return self.protocol in ("file", "local")
 
+    @property
+    def renames_atomically(self) -> bool:
+        """Whether ``rename`` of a directory is one step (a local or HDFS filesystem), not a copy of each object."""
+        return self.protocol in _ATOMIC_RENAME
+
     # -- names -------------------------------------------------------------------------------------
     def path(self, rel: str = "") -> str:
         """The filesystem path of ``rel`` (what ``self.fs`` takes)."""
@@ -180,7 +185,7 @@ class Storage:
         """Move file or directory ``src`` to ``dst`` (which must not exist)."""
         s, d = self.path(src), self.path(dst)
         self.fs.makedirs(posixpath.dirname(d), exist_ok=True)
-        if self.protocol in _ATOMIC_RENAME or not self.fs.isdir(s):
+        if self.renames_atomically or not self.fs.isdir(s):
             self.fs.mv(s, d, recursive=True)
             return
         # an object store: a directory is a key prefix; copy its objects, then delete the originals

@@ -329,19 +329,17 @@ class StateStore:
     def schema_changes(self) -> list[SchemaChange]:
         return [SchemaChange.from_dict(d) for d in self.read_json(self.SCHEMA_CHANGES, [])]
 
-    def forget_table(self, table: str, archive: str, now: float) -> None:
+    def forget_table(self, table: str, archive: str, now: float, renamed_to: str | None = None) -> None:
         """Move ``table``'s own state to ``archive`` and drop it from the stream's lists (``pipeline.uncapture``):
         to this store it is then a table never captured. Its schema changes are kept in the archive.
+        ``renamed_to``: the source renamed the table and its sink data moved to that name (``pipeline.renames``).
 
         In an order a crash at any step leaves safe: first the mark (from then on, captured again, the table is
         snapshotted: ``recaptured_tables``), then its finished snapshot (no seed built later takes it back), then
         the seed and the lists the stream reads, and last the mark's ``complete``; until then
         ``unfinished_uncapture`` names the archive, for a second run into it to finish the job."""
         changes = self.schema_changes()
-        kept = (self.read_json(f"{archive}/uncaptured.json") or {}).get("schema_changes") or []  # a first try's
-        mark = {"table": table, "uncaptured_at": now, "complete": False,
-                "schema_changes": kept + [d for c in changes if str(c.table) == table and (d := c.to_dict()) not in kept]}
-        self.write_json(f"{archive}/uncaptured.json", mark)
+        mark = self.mark_forget(table, archive, now, renamed_to, changes)
         own = f"tables/{table_dir_name(table)}"
         if self.exists(own) or self.storage.listdir(own):
             self.storage.rename(own, f"{archive}/state")
@@ -364,6 +362,18 @@ class StateStore:
             self.write_json(self.SCHEMA_CHANGES, [c.to_dict() for c in changes if str(c.table) != table])
         self.write_json(f"{archive}/uncaptured.json", {**mark, "complete": True})
 
+    def mark_forget(self, table: str, archive: str, now: float, renamed_to: str | None = None,
+                    changes: list[SchemaChange] | None = None) -> dict[str, Any]:
+        """``forget_table``'s first step, the mark (not complete), with the table's schema changes so far."""
+        changes = self.schema_changes() if changes is None else changes
+        kept = (self.read_json(f"{archive}/uncaptured.json") or {}).get("schema_changes") or []  # a first try's
+        mark = {"table": table, "uncaptured_at": now, "complete": False,
+                "schema_changes": kept + [d for c in changes if str(c.table) == table and (d := c.to_dict()) not in kept]}
+        if renamed_to is not None:
+            mark["renamed_to"] = renamed_to
+        self.write_json(f"{archive}/uncaptured.json", mark)
+        return mark
+
     def unfinished_uncapture(self, table: str) -> str | None:
         """The archive of a ``forget_table`` of ``table`` that stopped half way (its mark says not complete)."""
         prefix = f"{table_dir_name(table)}-"
@@ -373,12 +383,31 @@ class StateStore:
                 return f"uncaptured/{name}"
         return None
 
+    def _forget_marks(self) -> list[dict[str, Any]]:
+        """The marks ``forget_table`` left, oldest first."""
+        marks = [self.read_json(f"uncaptured/{name}/uncaptured.json") for name in self.storage.listdir("uncaptured")]
+        return sorted((m for m in marks if m), key=lambda m: float(m.get("uncaptured_at") or 0.0))
+
     def uncaptured_tables(self) -> dict[str, float]:
         """The tables ``forget_table`` took out, each with the last time it did (seconds since the epoch)."""
-        out: dict[str, float] = {}
-        for name in self.storage.listdir("uncaptured"):
-            if data := self.read_json(f"uncaptured/{name}/uncaptured.json"):
-                out[data["table"]] = max(out.get(data["table"], 0.0), float(data.get("uncaptured_at") or 0.0))
+        return {m["table"]: float(m.get("uncaptured_at") or 0.0) for m in self._forget_marks()}
+
+    def renamed_tables(self) -> dict[str, str]:
+        """The tables a rename took out, the last time one was taken out (``forget_table`` with ``renamed_to``):
+        old name -> the name its sink data moved to."""
+        last = {m["table"]: m for m in self._forget_marks()}
+        return {t: m["renamed_to"] for t, m in last.items() if m.get("renamed_to")}
+
+    def carried_tables(self) -> dict[str, str]:
+        """The names a rename moved a table's sink data to and that were not snapshotted since (new name -> old
+        name): each needs a snapshot whatever the startup mode, as its sink holds the rows of the old name."""
+        finished = self.finished_tables()
+        out = {}
+        for m in self._forget_marks():  # oldest first: a later mark of the new name (taken out again) ends it
+            out.pop(m["table"], None)
+            new = m.get("renamed_to")
+            if new and (new not in finished or planned_before_uncapture(finished[new].epoch, m.get("uncaptured_at"))):
+                out[new] = m["table"]
         return out
 
     def recaptured_tables(self) -> set[str]:
@@ -400,6 +429,7 @@ class StateStore:
 
     # -- stream ------------------------------------------------------------------------------------
     STREAMED = "stream/streamed.json"
+    MISSING = "stream/missing.json"  # tables the stream reads found missing on the source: the position then
 
     def streamed_tables(self) -> set[str]:
         """Every table a stream of this pipeline was launched to read."""

@@ -46,6 +46,15 @@ def jdbc_sink(postgres, schema: str) -> SinkConfig:
                                          "login": postgres.user, "schema": postgres.database}, schema=schema)
 
 
+def jdbc_pipeline_sink(env: dict, postgres, source_db) -> tuple[dict, str, SinkConfig, dict]:
+    """A pipeline YAML's jdbc sink into schema ``s_<database>`` of the test PostgreSQL: the DAG runs' environment
+    with its connection, the YAML section, the sink as the jobs get it, and its secrets."""
+    schema = f"s_{source_db.name}"
+    secrets = {"source_password": source_db.settings.password, "sink_password": postgres.password}
+    return ({**env, "AIRFLOW_CONN_PG": postgres.connection_uri()},
+            f"sink:\n  type: jdbc\n  conn_id: pg\n  schema: {schema}\n", jdbc_sink(postgres, schema), secrets)
+
+
 class Pipeline:
     """One pipeline over tables of a test database: snapshot jobs, collect, stream jobs."""
 

@@ -15,7 +15,8 @@ from airflow_cdc_provider.hooks.spark_job import process_alive
 from airflow_cdc_provider.state.store import StateStore, table_dir_name
 from airflow_cdc_provider.testing.airflow_run import BackgroundDagRun, run_dag
 
-from .cdc_helpers import jdbc_sink, parquet_sink, sink_rows, source_rows, stream_state, table_types, wait_until, write_pipeline
+from .cdc_helpers import (jdbc_pipeline_sink, parquet_sink, sink_rows, source_rows, stream_state, table_types, wait_until,
+                          write_pipeline)
 from .test_generated_dag import make_shop
 
 CLI = str(Path(sys.executable).parent / "airflow-cdc")
@@ -135,10 +136,7 @@ def test_a_table_taken_out_stops_streaming_and_comes_back_snapshotted(airflow_ho
     extra = f"stream:\n  startup: {startup}\n"
     secrets, sink_yaml, sink = {}, None, parquet_sink(tmp_path)
     if sink_type == "jdbc":
-        schema = f"s_{source_db.name}"
-        env = {**env, "AIRFLOW_CONN_PG": postgres.connection_uri()}
-        sink_yaml, sink = f"sink:\n  type: jdbc\n  conn_id: pg\n  schema: {schema}\n", jdbc_sink(postgres, schema)
-        secrets = {"source_password": source_db.settings.password, "sink_password": postgres.password}
+        env, sink_yaml, sink, secrets = jdbc_pipeline_sink(env, postgres, source_db)
 
     def converged(table: str) -> bool:
         return sink_rows(spark, sink, secrets, table_types(source_db, table)) == source_rows(source_db, table)
