@@ -102,7 +102,8 @@ class PlanChunksOperator(BaseOperator):
         for name, change in resyncs.items():
             self.log.warning("%s: re-snapshotted now, as the stream's schema change asks", change.describe())
         # a table renamed to a name source.tables captures moves there (pipeline.renames); a backfill leaves it
-        carried = set() if backfill else set(finish_carried(p.state, p.open_sink()))
+        sink = p.open_sink()
+        carried = set() if backfill else set(finish_carried(p.state, sink))
         renames = {} if backfill else renames_due(p.state, p.source_tables)
         carried |= set(renames)
         # until the stream has read how a table it reads left the source, a new table may be that one renamed
@@ -142,10 +143,11 @@ class PlanChunksOperator(BaseOperator):
                            p.config.source.chunk_key, max_tasks=max_tasks, should_split=needs_snapshot,
                            chunks_per_task=p.config.snapshot.chunks_per_task, captured_before=p.captured_before(),
                            schema_changes_per_table=p.config.stream.schema_changes_per_table)
+        applied = set(dropped_tables(p.state)) | set(p.state.renamed_tables()) if plan.validation.gone else set()
         for name in plan.validation.gone:
             self.log.warning("table %s no longer exists on the source (%s): nothing of it is planned%s", name,
-                             why_gone(p.state, name), "" if name in dropped_tables(p.state) or name in
-                             p.state.renamed_tables() else "; the stream applies its changes up to the drop")
+                             why_gone(p.state, name),
+                             "" if name in applied else "; the stream applies its changes up to the drop")
         unknown = resnapshot - {str(s.table) for s in plan.schemas}
         if unknown:
             from airflow.sdk.exceptions import AirflowFailException
@@ -153,7 +155,7 @@ class PlanChunksOperator(BaseOperator):
             raise AirflowFailException(f"dag_run.conf resnapshot names tables this pipeline does not capture: {sorted(unknown)}")
         todo = [s for s in plan.schemas if needs_snapshot(s)]
         self._stop_a_stream_that_misses(p, {str(s.table) for s in todo}, backfill)
-        self._carry_over(p, [(renames[str(s.table)], s.key_columns) for s in todo if str(s.table) in renames])
+        self._carry_over(p, sink, [(renames[str(s.table)], s.key_columns) for s in todo if str(s.table) in renames])
         epoch = int(time.time() * 1000)
         chunks, tasks = plan.chunks, plan.tasks
         per_table = {str(s.table): TablePlan(epoch, sum(1 for c in chunks if c.table == s.table)) for s in todo}
@@ -165,7 +167,7 @@ class PlanChunksOperator(BaseOperator):
                       len(todo), len(chunks), len(tasks), sorted(set(finished) - set(per_table)) or "none")
         return [ChunkTask([replace(c, epoch=epoch) for c in t.chunks]).to_dict() for t in tasks]
 
-    def _carry_over(self, p, renames: list) -> None:
+    def _carry_over(self, p, sink, renames: list) -> None:
         """Move each renamed table's sink data to its new name before the new name's snapshot writes there
         (``pipeline.renames``); one that cannot be moved stays dropped, and its new name is a new table."""
         if not renames:
@@ -178,7 +180,6 @@ class PlanChunksOperator(BaseOperator):
 
             raise AirflowException(f"the running stream ({holder.holder}) must stop before {renames[0][0].describe()} "
                                    "is carried over; stop it (airflow-cdc stop) and run this task again")
-        sink = p.open_sink()
         for rename, key_columns in renames:
             why = carry_over(rename, p.state, sink, key_columns)
             if why is None:

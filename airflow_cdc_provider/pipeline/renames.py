@@ -65,11 +65,11 @@ def renames_due(state: StateStore, source_tables: Callable[[], Collection[str]])
                if drop.renamed_to is not None and committed(state, drop)}
     if not renamed:
         return {}
-    from airflow_cdc_provider.pipeline.resolve import captured_tables_in
+    from airflow_cdc_provider.pipeline.uncapture import held_tables
 
     present = set(source_tables())
     moved_away = set(state.renamed_tables())  # their sink data is elsewhere: the name holds nothing
-    held = captured_tables_in(state) | state.streamed_tables() | (set(state.uncaptured_tables()) - moved_away)
+    held = held_tables(state) | (set(state.uncaptured_tables()) - moved_away)
     targets = Counter(str(drop.renamed_to) for drop in renamed.values())
     return {new: Rename(old, new, drop) for old, drop in renamed.items() if (new := str(drop.renamed_to)) in present
             and old not in present and new not in held and targets[new] == 1}

@@ -52,13 +52,11 @@ class Pipeline:
         """The tables ``source.tables`` (names, globs, regexes) match on the source now, and those the pipeline
         read before that the source no longer has and whose drop the stream has not applied yet (it must
         still read their changes up to it). While there is one, a new table waits (``pipeline.renames``)."""
+        from airflow_cdc_provider.pipeline.renames import awaiting_drops
         from airflow_cdc_provider.pipeline.table_schemas import dropped_tables
+        from airflow_cdc_provider.pipeline.uncapture import held_tables
         from airflow_cdc_provider.source.connection import connect
         from airflow_cdc_provider.source.schema import discover, list_tables
-
-        from airflow_cdc_provider.pipeline.renames import awaiting_drops
-        from airflow_cdc_provider.pipeline.uncapture import held_tables
-
         from airflow_cdc_provider.source.server import current_offset
 
         before = self.captured_before()

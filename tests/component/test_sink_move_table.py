@@ -89,7 +89,16 @@ def own_rows(sink, table: str) -> list[tuple]:
 # --- each sink: a table written as the pipeline writes it, and read on its own -------------------------------------
 
 
-class ParquetCase:
+class SinkCase:
+    """A sink under test; ``own`` reads a table with the sink's own reader."""
+
+    sink: object
+
+    def own(self, table: str) -> list[tuple]:
+        return own_rows(self.sink, table)
+
+
+class ParquetCase(SinkCase):
     def __init__(self, spark, tmp_path: Path) -> None:
         self.spark, self.root = spark, tmp_path / "parquet"
         self.sink = ParquetSink(SinkConfig(type="parquet", path=str(self.root)), {}, spark)
@@ -142,7 +151,7 @@ class ParquetCase:
         assert read_current_state(str(self.root), OLD, ["id"]).num_rows == 0
 
 
-class DeltaCase:
+class DeltaCase(SinkCase):
     def __init__(self, spark, tmp_path: Path) -> None:
         self.root = tmp_path / "delta"
         self.sink = DeltaSink(SinkConfig(type="delta", path=str(self.root)), {}, spark)
@@ -166,9 +175,6 @@ class DeltaCase:
             return None
         return sorted(DeltaTable(self.uri(table)).to_pyarrow_table().to_pylist(), key=lambda r: r["id"])
 
-    def own(self, table: str) -> list[tuple]:
-        return own_rows(self.sink, table)
-
     def holds_already(self, table: str) -> str:
         return f"delta sink at {self.root} holds {table} already"
 
@@ -183,7 +189,7 @@ class DeltaCase:
         assert not (self.root / OLD).exists()
 
 
-class JdbcCase:
+class JdbcCase(SinkCase):
     def __init__(self, spark, postgres, name: str) -> None:
         schema = "mv_" + re.sub(r"[^a-z0-9]+", "_", name.lower())[-40:]
         config = SinkConfig(type="jdbc", conn={"conn_id": "pg", "host": "127.0.0.1", "port": postgres.port,
@@ -218,9 +224,6 @@ class JdbcCase:
 
     def recorded(self) -> dict[str, int]:
         return dict(self.query(f"SELECT mirror, version FROM {self.sink.mirror.versions_table()}"))
-
-    def own(self, table: str) -> list[tuple]:
-        return own_rows(self.sink, table)
 
     def holds_already(self, table: str) -> str:
         return f'"{self.sink.config.schema}"."shop__{table.split(".")[1]}" exists already'
