@@ -107,6 +107,10 @@ class SnapshotWindow(Protocol):
         return the indexes of other chunks whose rows an earlier, differently grouped attempt took with it
         (their reports must be dropped so they are read again)."""
 
+    def discard(self) -> None:
+        """The window is not published (its job failed after reading it): remove what it wrote that no later
+        job would find, never anything the sink already holds."""
+
 
 class Sink(abc.ABC):
     """The interface of a sink type; ``type`` is its ``sink.type`` name, ``settings`` the dataclass of its YAML

@@ -4,6 +4,8 @@
 
     <path>/<db.table>/_delta_log/, *.parquet      the Delta table: the source's columns, the metadata columns,
                                                   ``_cdc_deleted`` and ``_cdc_chunk``; change data feed on
+    <path>/<db.table>/snapshot-<epoch>-<first>-<last>-<id>/*.parquet
+                                                  data files a snapshot window's executors wrote
     <path>/_staging/<db.table>/<id>/*.parquet     rows Spark's executors wrote, on their way into one commit
 
 One row per key: the newest version of it. Every write is a MERGE on the key that applies a row only when its
@@ -22,10 +24,10 @@ Concurrent writers (parallel snapshot tasks, the stream) conflict in Delta's opt
 loser reloads the table and runs its MERGE again, which the version guard makes safe.
 
 Rows reach delta-rs as Parquet files the executors staged (Spark writes them; delta-rs streams them into its
-MERGE on the driver, batch by batch), never as Python objects on the driver. A snapshot window whose keys the
-table cannot hold (a first snapshot's, not a retried one) skips the MERGE: the executors write its data files
-straight into the table and the driver commits their add actions (``delta_append``, which says when that is
-correct).
+MERGE on the driver, batch by batch), never as Python objects on the driver. A snapshot window is written by
+the executors straight as data files of the table while it is read, under its low watermark
+(``WrittenDeltaWindow``); the driver commits their add actions when no row of the table may share a key with
+them (``delta_append``, which says when that is correct), and MERGEs the binlog window's last changes on top.
 
 An ALTER the stream applies in place (``evolve_in_place``) changes the table in one commit that also records the
 snapshot epoch and table version its columns are at (``schema_record``), so a crash leaves the two in step.
@@ -76,6 +78,14 @@ COMMIT_RETRIES = 20
 SCHEMA_VERSIONS = 1 << 20  # table versions of one epoch a schema record can hold (``version_commit``)
 REWRITE_FILE_ROWS = 1 << 20  # rows per data file of a table rewritten by the stream
 BATCH_ROWS = 1 << 16
+MERGE_PIECE_ROWS = 1 << 20  # rows of a written window's files one MERGE takes at most (delta-rs holds them)
+# a written window's data files (``WrittenDeltaWindow``): microsecond timestamps (INT96 is no Delta type), dates
+# as written (no Julian rebase), snappy, row groups an in-place rewrite reads ahead by two of, and string
+# statistics truncated to valid bounds (a value longer than 4 KiB would otherwise leave its file with none)
+DATA_FILE_CONF = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+                  "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED"}
+DATA_FILE_OPTIONS = {"compression": "snappy", "parquet.block.size": str(32 << 20),
+                     "parquet.statistics.truncate.length": "64"}
 STAGED_ROW_GROUP_BYTES = 16 << 20  # a staged window file's row groups (Spark's default: 128 MiB)
 # batches an in-place rewrite reads ahead of its writer; the table's own files have row groups of BATCH_ROWS rows
 # (``write_data_file``), so pyarrow's reading ahead by whole row groups stays small too
@@ -253,6 +263,37 @@ def packed(version: Version) -> int:
     return (int(seq) << 32) | int(pos)
 
 
+def merge_pieces(files: list, key: str | None) -> list[tuple[list, tuple[int, int] | None]]:
+    """Data files grouped into MERGE pieces of at most ``MERGE_PIECE_ROWS`` rows, each with its smallest and largest
+    ``key`` (a single integer key whose statistics every file states; else one piece of all, unbounded)."""
+    ranges = [f.key_range(key) if key is not None else None for f in files]
+    if not files or any(r is None for r in ranges):
+        return [(files, None)]
+    pieces: list[tuple[list, tuple[int, int] | None]] = []
+    rows = 0
+    for f, (lo, hi) in sorted(zip(files, ranges), key=lambda fr: fr[1]):
+        count = json.loads(f.stats).get("numRecords", 0)
+        if pieces and rows + count <= MERGE_PIECE_ROWS:
+            group, (low, high) = pieces[-1]
+            pieces[-1] = (group + [f], (min(low, lo), max(high, hi)))
+            rows += count
+        else:
+            pieces.append(([f], (lo, hi)))
+            rows = count
+    return pieces
+
+
+def integer_key_range(rows, keys: list[str]) -> tuple[int, int] | None:
+    """The smallest and largest key of ``rows`` (a pyarrow Table) for a single integer key; None otherwise."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if len(keys) != 1 or not rows.num_rows or not pa.types.is_integer(rows.schema.field(keys[0]).type):
+        return None
+    bounds = pc.min_max(rows[keys[0]]).as_py()
+    return bounds["min"], bounds["max"]
+
+
 class DeltaLayout:
     """Where each table and staging directory is: ``uri`` for delta-rs, ``storage`` for the staged files."""
 
@@ -321,9 +362,10 @@ def committing(what: str, attempt: Callable[[], Any]) -> Any:
 
 @register_sink
 class DeltaSink(FileSink):
-    """Stream batches and snapshot windows are staged by Spark as Parquet, then MERGEd by key with delta-rs,
-    each under its application transaction (a window whose keys the table cannot hold yet is appended as the
-    executors' data files instead); truncates, drops and finished re-snapshots turn rows into tombstones."""
+    """Stream batches are staged by Spark as Parquet, then MERGEd by key with delta-rs under their application
+    transaction; snapshot windows are written by the executors as the table's data files and appended where no
+    row of the table may share a key with them (else MERGEd); truncates, drops and finished re-snapshots turn
+    rows into tombstones."""
 
     type = "delta"
     default_dir = "delta"
@@ -539,7 +581,7 @@ class DeltaSink(FileSink):
 
     def _merge(self, table: str, keys: list[str], source: Callable[[Any], Any], app: tuple[str, int] | None,
                what: str, snapshot: bool = False, extra: Callable[[Any], Any] | None = None,
-               key_range: tuple[int, int] | None = None) -> dict[str, Any] | None:
+               key_range: tuple[int, int] | None = None, take_over: bool = True) -> dict[str, Any] | None:
         """MERGE the rows ``source(schema)`` gives (a RecordBatchReader of the table's columns) by key, each
         applied only if newer than the stored row (inserted only if newer than the last truncate or drop), in
         one commit carrying the application transaction ``app`` = (id, version). None if ``app`` was committed
@@ -547,7 +589,9 @@ class DeltaSink(FileSink):
         of a retried chunk never takes a row the stream wrote). ``extra``: more clauses for the merger.
         ``key_range``: the smallest and largest key of the rows (a single integer key), which lets delta-rs read
         only the files that may hold them, and lets commits of disjoint ranges (parallel snapshot windows) pass
-        each other without a conflict; not with ``extra``, whose clauses may be about rows outside it."""
+        each other without a conflict; not with ``extra``, whose clauses may be about rows outside it.
+        ``take_over``: a snapshot row of a live row's very version takes it over (its chunk); False for changes
+        under their own positions, which the stream may have written already."""
         from deltalake.transaction import CommitProperties, Transaction
 
         def attempt():
@@ -575,7 +619,7 @@ class DeltaSink(FileSink):
             merger = dt.merge(source(self._arrow_schema(dt)), " AND ".join(on), source_alias="s", target_alias="t",
                               commit_properties=props)
             newer = older_than("t", "s")
-            if snapshot:  # a snapshot row of the live row's version (the same state) takes it over, for its chunk
+            if snapshot and take_over:  # a snapshot row of the live row's version (the same state) takes it over
                 newer = f"({newer} OR ({same_version('t', 's')} AND NOT t.{ident(DELETED)}))"
             merger = merger.when_matched_update(updates=updates, predicate=newer)
             merger = merger.when_not_matched_insert_all(predicate=insert_if)
@@ -631,9 +675,11 @@ class DeltaSink(FileSink):
 
         return source
 
-    def _tombstone(self, table: str, condition: str, op: str, version: Version | None, what: str) -> None:
-        """Make the live rows meeting ``condition`` tombstones with ``op`` (and ``version`` when given)."""
-        from deltalake.transaction import CommitProperties
+    def _tombstone(self, table: str, condition: str, op: str, version: Version | None, what: str,
+                   app: tuple[str, int] | None = None) -> None:
+        """Make the live rows meeting ``condition`` tombstones with ``op`` (and ``version`` when given), in a commit
+        carrying the application transaction ``app`` if given."""
+        from deltalake.transaction import CommitProperties, Transaction
 
         updates = {ident(DELETED): "true", ident("_cdc_op"): literal(op)}
         if version is not None:
@@ -644,7 +690,9 @@ class DeltaSink(FileSink):
             if dt is None:
                 return None
             return dt.update(updates=updates, predicate=f"NOT {ident(DELETED)} AND {condition}",
-                             commit_properties=CommitProperties(custom_metadata={"airflow_cdc": what}))
+                             commit_properties=CommitProperties(
+                                 custom_metadata={"airflow_cdc": what},
+                                 app_transactions=[Transaction(app[0], app[1])] if app is not None else None))
 
         metrics = committing(f"{table}: {what}", attempt)
         if metrics:
@@ -653,14 +701,15 @@ class DeltaSink(FileSink):
     # -- the Airflow side --------------------------------------------------------------------------------
     def finish_snapshot(self, table: str, epoch: int, min_low_watermark: Version,
                         emptied_after: tuple = ()) -> None:
-        """Rows last written before the epoch started and not rewritten by it are gone from the source (a row of
-        the epoch's first low watermark exactly too, unless a chunk of the epoch wrote it: an earlier epoch read
-        it at that very position). The truncates and drops the stream applied since the epoch started
-        (``emptied_after``) are applied once more: the insert guard already kept older window rows out, this
-        makes sure of it."""
+        """Rows last written before the epoch started (at its first low watermark or earlier) and not rewritten by
+        it are gone from the source. A row a chunk of the epoch wrote is not, whatever its version: a written
+        window's rows carry their window's low watermark, and a window retried on an unchanged binlog keeps
+        them, committed before, while its report states the retry's later one. The truncates and drops the
+        stream applied since the epoch started (``emptied_after``) are applied once more: the insert guard
+        already kept older window rows out, this makes sure of it."""
         first = tuple(min_low_watermark)
-        stale = (f"({older_than(None, first)} OR ({same_version(None, first)} AND ({ident(CHUNK)} IS NULL OR "
-                 f"{ident(CHUNK)} NOT LIKE {literal(f'{epoch}:%')})))")
+        stale = (f"(({older_than(None, first)} OR {same_version(None, first)}) AND ({ident(CHUNK)} IS NULL OR "
+                 f"{ident(CHUNK)} NOT LIKE {literal(f'{epoch}:%')}))")
         # gone as of that low watermark: an older change a lagging stream writes later cannot bring them back
         self._tombstone(table, stale, "d", first, f"snapshot epoch {epoch} finished")
         for change in emptied_after:
@@ -711,7 +760,6 @@ class DeltaSink(FileSink):
     def write_arrow_changes(self, rows, types, batch_id: int, mid_write: Hook) -> None:
         """As ``write_changes``, from the driver: the newest change per key MERGEd from memory, no staging."""
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         table = str(types.schema.table)
         keys = list(types.schema.key_columns)
@@ -721,15 +769,10 @@ class DeltaSink(FileSink):
         mid_write()
         if not rows.num_rows:
             return
-        key_range = None
-        if len(keys) == 1 and pa.types.is_integer(rows.schema.field(keys[0]).type):
-            bounds = pc.min_max(rows[keys[0]]).as_py()
-            key_range = (bounds["min"], bounds["max"])
-
         def source(schema):
             return pa.RecordBatchReader.from_batches(schema, (conform(b, schema, table) for b in rows.to_batches()))
 
-        self._merge(table, keys, source, app, f"stream batch {batch_id}", key_range=key_range)
+        self._merge(table, keys, source, app, f"stream batch {batch_id}", key_range=integer_key_range(rows, keys))
 
     def commit_changes(self, types, staging: str, app: tuple[str, int]) -> None:
         """MERGE the staged changes (the table's columns, one row per key) under ``app`` = (app id, batch id),
@@ -788,9 +831,41 @@ class DeltaSink(FileSink):
 
     # -- snapshot windows ---------------------------------------------------------------------------------
     def open_window(self, rows, types, epoch: int, indexes: list[int], low_watermark: Version,
-                    retried: set[int]) -> "StagedDeltaWindow":
-        return StagedDeltaWindow(self, self.stage(rows, str(types.schema.table)), types, epoch, indexes,
-                                 low_watermark, retried)
+                    retried: set[int]) -> "WrittenDeltaWindow | StagedDeltaWindow":
+        """The window written by the executors as data files of the table while it is read
+        (``WrittenDeltaWindow``), or, where that is not known to be right, staged and written at its high
+        watermark (``StagedDeltaWindow``)."""
+        table = str(types.schema.table)
+        dt = self.open_table(table)
+        reason = self.written_window_refusal(dt, types, retried)
+        if reason is None:
+            return WrittenDeltaWindow(self, rows, types, epoch, indexes, low_watermark, self._arrow_schema(dt))
+        log.info("%s: snapshot epoch %d chunks %d-%d staged (%s)", table, epoch, min(indexes), max(indexes), reason)
+        return StagedDeltaWindow(self, self.stage(rows, table), types, epoch, indexes, low_watermark, retried)
+
+    def written_window_refusal(self, dt, types, retried: set[int]) -> str | None:
+        """Why a window is not written straight as data files of the table (``WrittenDeltaWindow``): that needs
+        the data files' own statistics to be trusted and the append to be likely; None: it is."""
+        import pyarrow as pa
+
+        from airflow_cdc_provider.sinks.delta_append import may_overlap
+
+        if self.spark is None or dt is None:
+            return "no Spark session" if dt is not None else "no table"
+        if retried:
+            return f"retried chunks {sorted(retried)}"
+        if EMPTIED_PROPERTY in dt.metadata().configuration:
+            return "a truncate or drop emptied the table"
+        schema = self._arrow_schema(dt)
+        if [(f.name, f.type) for f in schema] != [(f.name, f.type) for f in table_schema(types)]:
+            return "the table's columns are not the source's"
+        floats = [f.name for f in schema if pa.types.is_floating(f.type)]
+        if floats:
+            return f"float columns {floats}: Parquet writers' statistics may leave NaN out"
+        if not any(pa.types.is_integer(schema.field(k).type) for k in types.schema.key_columns) \
+                and may_overlap(dt, {}):
+            return "the table has rows and no integer key column to tell their ranges apart"
+        return None
 
     def stage(self, df, table: str) -> str:
         """Write ``df`` with Spark to a new staging directory of ``table`` (returned). Uncompressed: the files
@@ -829,10 +904,11 @@ class DeltaSink(FileSink):
 
 
 class StagedDeltaWindow(FoldedWindow):
-    """A snapshot window: staged by Spark when opened (which forces the read), written with the window's
-    version when published: appended as data files the executors write when no row of the table can share a
-    key with it (``delta_append``), else MERGEd. Rows of retried chunks that an earlier attempt wrote and this
-    one did not (deleted meanwhile) become tombstones in the MERGE's commit."""
+    """A snapshot window ``WrittenDeltaWindow`` does not take (``DeltaSink.written_window_refusal``): staged by
+    Spark when opened (which forces the read), written at the window's high watermark when published: appended
+    as data files the executors rewrite from the staged ones when no row of the table can share a key with it
+    (``delta_append``), else MERGEd. Rows of retried chunks that an earlier attempt wrote and this one did not
+    (deleted meanwhile) become tombstones in the MERGE's commit."""
 
     def __init__(self, sink: DeltaSink, staging: str, types, epoch: int, indexes: list[int],
                  low_watermark: Version, retried: set[int]) -> None:
@@ -974,6 +1050,199 @@ class StagedDeltaWindow(FoldedWindow):
         self.sink._merge(self.table, list(self.types.schema.key_columns),
                          self.sink._staged_source(staged, self.table, add), app, what, snapshot=True, extra=extra,
                          key_range=self.sink._key_range(staged, self.types))
+
+
+class WrittenDeltaWindow:
+    """A snapshot window written by Spark's executors straight as data files of its Delta table while it is read
+    (which forces the read), under the window's low watermark: older than every change of the window, as in the
+    jdbc sink (``spark.window_fold``). The rows go through no staging and no second pass. Publishing reads the
+    files' footers for their statistics and commits them as one append carrying the window's application
+    transaction, if no row of the table may share a key with them (``delta_append``); otherwise their rows are
+    MERGEd and the files deleted. Then the binlog window goes on top as the stream would apply it: a TRUNCATE
+    in it makes every older row of the table a tombstone, and the last change of each key it touched is MERGEd
+    under that change's own position. Between the commits
+    readers see the window as read; a kill between them leaves the window unreported, and its retry
+    (``StagedDeltaWindow``) rewrites it. The files sit in a directory of their own under the table's
+    (``snapshot-<epoch>-<first>-<last>-<id>/``)."""
+
+    def __init__(self, sink: DeltaSink, rows, types, epoch: int, indexes: list[int], low_watermark: Version,
+                 schema) -> None:
+        """``rows``: the window as read (data columns and ``CHUNK_COLUMN``); ``schema``: the table's (Arrow)."""
+        self.sink, self.types, self.epoch, self.indexes = sink, types, epoch, indexes
+        self.low_watermark = tuple(low_watermark)
+        self.table = str(types.schema.table)
+        self.schema = schema
+        self.table_dir = table_dir_name(self.table)
+        self.dir = f"snapshot-{epoch}-{min(indexes)}-{max(indexes)}-{uuid.uuid4().hex[:12]}"
+        self.counts: dict[int, int] = {}
+        self._write(rows)
+
+    def _write(self, rows) -> None:
+        """Spark: the rows as the table's columns, in its order and types, as Parquet files in the window's
+        directory (``DATA_FILE_CONF``, ``DATA_FILE_OPTIONS``); Spark's other files removed."""
+        from pyspark.sql import functions as F
+
+        spark, storage = self.sink.spark, self.sink.layout.storage
+        seq, pos, row = self.low_watermark
+        meta = {"_cdc_op": F.lit("r"), "_cdc_ts_ms": F.lit(0).cast("bigint"),
+                "_cdc_file_seq": F.lit(seq).cast("bigint"), "_cdc_pos": F.lit(pos).cast("bigint"),
+                "_cdc_row": F.lit(row).cast("int"), DELETED: F.lit(False),
+                CHUNK: F.concat(F.lit(f"{self.epoch}:"), col(CHUNK_COLUMN).cast("string"))}
+        kinds = {c: t.spark for c, t in zip(self.types.schema.column_names, self.types.types, strict=True)}
+        out = [(meta[f.name] if f.name in meta else col(f.name).cast(kinds[f.name])).alias(f.name)
+               for f in self.schema]
+        rel = f"{self.table_dir}/{self.dir}"
+        before = {k: spark.conf.get(k, None) for k in DATA_FILE_CONF}
+        for k, v in DATA_FILE_CONF.items():
+            spark.conf.set(k, v)
+        try:
+            rows.select(*out).write.mode("overwrite").options(**DATA_FILE_OPTIONS).parquet(storage.location(rel))
+        finally:
+            for k, v in before.items():
+                if v is None:
+                    spark.conf.unset(k)
+                else:
+                    spark.conf.set(k, v)
+        for name in storage.listdir(rel):
+            if name.startswith((".", "_")) or not name.endswith(".parquet"):
+                storage.rmtree(f"{rel}/{name}")
+
+    def publish(self, changes, mid_write: Hook) -> list[int]:
+        from airflow_cdc_provider.sinks.delta_append import (
+            append_files,
+            delete_unreferenced,
+            footer_data_file,
+            stats_columns,
+            tag_counts,
+            window_ranges,
+        )
+
+        sink, table, storage = self.sink, self.table, self.sink.layout.storage
+        rel = f"{self.table_dir}/{self.dir}"
+        columns = stats_columns(sink.open_table(table))
+        files = []
+        for name in storage.listdir(rel):
+            written = footer_data_file(sink.config.path, self.table_dir, f"{self.dir}/{name}", self.schema, columns)
+            if written is None:
+                storage.delete(f"{rel}/{name}")
+            else:
+                files.append(written)
+        tags = tag_counts(sink.config.path, [f"{self.table_dir}/{f.path}" for f in files], CHUNK)
+        self.counts = {int(tag.split(":")[1]): n for tag, n in tags.items()}
+        first, last = min(self.indexes), max(self.indexes)
+        app = (f"airflow-cdc:{table}:snapshot:{self.epoch}:{first}-{last}", packed(changes.high.sort_key))
+        what = f"snapshot epoch {self.epoch} chunks {first}-{last}"
+        keys = list(self.types.schema.key_columns)
+        ranges = window_ranges(files, keys, self.schema)
+        window_range = ranges.get(keys[0]) if len(keys) == 1 else None
+        # the application transaction goes on the window's last commit: a retry on an unchanged binlog (same
+        # high watermark) skips the window as committed only once all of it is
+        changed = changes.truncate is not None or bool(changes.last)
+        rows_app = None if changed else app
+        mid_write()
+        outcome = "no rows"
+        if files and not self._conforms(files[0]):
+            outcome = "the files' types are not the table's"
+        elif files:
+            outcome = append_files(lambda: sink.open_table(table), files, ranges, rows_app, what,
+                                   refuse=lambda d: EMPTIED_PROPERTY in d.metadata().configuration)
+        if outcome == "appended":
+            log.info("%s: %s: appended %d rows in %d data files written by the executors", table, what,
+                     sum(self.counts.values()), len(files))
+        elif outcome == "committed before":
+            log.info("%s: %s: committed before (%s); nothing written", table, what, app[0])
+        elif files:
+            log.info("%s: %s: MERGE (the append was refused: %s)", table, what, outcome)
+            self._merge_files(files, rows_app, what)
+        if outcome != "appended":  # the files are no data files of the table
+            delete_unreferenced(storage, self.table_dir, sink.open_table(table), files)
+            if not storage.listdir(rel):
+                storage.rmtree(rel)
+        self._apply_window_changes(changes, app, what, window_range)
+        return []
+
+    def discard(self) -> None:
+        """The window's files, unless the table holds them (the job failed after reading the window)."""
+        from airflow_cdc_provider.sinks.delta_append import DataFile, delete_unreferenced
+
+        storage, rel = self.sink.layout.storage, f"{self.table_dir}/{self.dir}"
+        written = [DataFile(f"{self.dir}/{n}", 0, 0, "{}") for n in storage.listdir(rel)]
+        delete_unreferenced(storage, self.table_dir, self.sink.open_table(self.table), written)
+        if not storage.listdir(rel):
+            storage.rmtree(rel)
+
+    def _conforms(self, data_file) -> bool:
+        """Whether a written file's columns have exactly the table's types (what its readers take them as)."""
+        import pyarrow.parquet as pq
+
+        with self.sink.layout.storage.open(f"{self.table_dir}/{data_file.path}", "rb") as f:
+            written = pq.read_schema(f)
+        return [(f.name, f.type) for f in written] == [(f.name, f.type) for f in self.schema]
+
+    def _merge_files(self, files, app: tuple[str, int] | None, what: str) -> None:
+        """MERGE the rows of the window's ``files``, in pieces of at most ``MERGE_PIECE_ROWS`` rows (files of
+        neighbouring key ranges, for a single integer key): delta-rs holds a MERGE's source rows in memory. Only
+        the last piece's commit carries ``app``."""
+        import pyarrow as pa
+
+        storage, table = self.sink.layout.storage, self.table
+        keys = list(self.types.schema.key_columns)
+        pieces = merge_pieces(files, keys[0] if len(keys) == 1 else None)
+        for n, (piece, key_range) in enumerate(pieces, 1):
+            paths = [storage.path(f"{self.table_dir}/{f.path}") for f in piece]
+
+            def source(schema, paths=paths):
+                batches = self.sink.layout.files(paths).to_batches(batch_size=BATCH_ROWS, batch_readahead=READ_AHEAD,
+                                                                   fragment_readahead=1)
+                return pa.RecordBatchReader.from_batches(schema, (conform(b, schema, table) for b in batches))
+
+            self.sink._merge(table, keys, source, app if n == len(pieces) else None,
+                             what if len(pieces) == 1 else f"{what} (part {n} of {len(pieces)})", snapshot=True,
+                             key_range=key_range)
+
+    def _apply_window_changes(self, changes, app: tuple[str, int], what: str,
+                              key_range: tuple[int, int] | None) -> None:
+        """The binlog window onto the window's rows, as the stream would apply it: its TRUNCATE, then each
+        touched key's last change under its own position (a delete as a tombstone), the last of these commits
+        carrying the window's application transaction ``app``; the counts then are the window's live rows per
+        chunk (in a re-snapshot, as of the stream's commits so far). ``key_range``: the smallest and largest key of the window's files (a single
+        integer key), within which, or the last changes' keys, all the window's rows are."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        from pyspark.sql import functions as F
+
+        from airflow_cdc_provider.spark.window_fold import last_changes_frame
+
+        sink, table, keys = self.sink, self.table, list(self.types.schema.key_columns)
+        tags = [f"{self.epoch}:{i}" for i in self.indexes]
+        if changes.truncate is not None:
+            at = changes.truncate.sort_key
+            sink._tombstone(table, older_than(None, at), "t", at, f"{what}, the TRUNCATE in its binlog window",
+                            app=None if changes.last else app)
+        if changes.last:
+            frame = last_changes_frame(sink.spark, self.types, changes.last)
+            last = frame.select(*cols(self.types.schema.column_names), *cols(META_NAMES),
+                                (col("_cdc_op") == "d").alias(DELETED),
+                                F.concat(F.lit(f"{self.epoch}:"), col(CHUNK_COLUMN).cast("string")).alias(CHUNK)
+                                ).toArrow()
+            last_range = integer_key_range(last, keys)
+
+            def source(schema):
+                return pa.RecordBatchReader.from_batches(schema, (conform(b, schema, table)
+                                                                  for b in last.to_batches()))
+
+            sink._merge(table, keys, source, app, f"{what}, the last changes of its binlog window", snapshot=True,
+                        key_range=last_range, take_over=False)
+            key_range = None if key_range is None or last_range is None else \
+                (min(key_range[0], last_range[0]), max(key_range[1], last_range[1]))
+        if changes.touched or changes.truncated:
+            within = [] if key_range is None else [(keys[0], ">=", key_range[0]), (keys[0], "<=", key_range[1])]
+            live = sink.open_table(table).to_pyarrow_table(columns=[CHUNK],
+                                                           filters=[(DELETED, "=", False), *within])
+            tagged = live.column(0).cast(pa.string())
+            tagged = tagged.filter(pc.is_in(tagged, value_set=pa.array(tags)))
+            counts = {vc["values"]: vc["counts"] for vc in pc.value_counts(tagged).to_pylist()}
+            self.counts = {i: counts.get(f"{self.epoch}:{i}", 0) for i in self.indexes}
 
 
 class _Once:

@@ -148,6 +148,32 @@ class _Stats:
             self.low[name] = mm["min"] if name not in self.low else min(self.low[name], mm["min"])
             self.high[name] = mm["max"] if name not in self.high else max(self.high[name], mm["max"])
 
+    def add_row_group(self, group, positions: dict[str, int]) -> None:
+        """A row group of a Parquet file another writer wrote (Spark's executors), from its footer: what ``add``
+        of its rows would find, where the footer states it. A column whose values the footer does not bound (a
+        writer leaves out a min or max it finds too long) makes the file state its row count only, and so does a
+        float column: a writer may leave NaN out of its min and max."""
+        import pyarrow as pa
+
+        self.rows += group.num_rows
+        for name, t in self.types.items():
+            stats = group.column(positions[name]).statistics if name in positions else None
+            if stats is None or not stats.has_null_count or pa.types.is_floating(t):
+                self.unbounded.add(name)
+                continue
+            self.nulls[name] += stats.null_count
+            if name in self.unbounded or stats.null_count >= group.num_rows:  # all NULL
+                continue
+            try:  # pyarrow before 23 cannot read the statistics of a decimal stored as an integer
+                low, high = (stats.min, stats.max) if stats.has_min_max else (None, None)
+            except NotImplementedError:
+                low = high = None
+            if low is None or high is None:
+                self.unbounded.add(name)
+                continue
+            self.low[name] = low if name not in self.low else min(self.low[name], low)
+            self.high[name] = high if name not in self.high else max(self.high[name], high)
+
     def json(self) -> str:
         low, high = {}, {}
         for name, t in self.types.items():
@@ -188,6 +214,43 @@ def write_data_file(storage_uri: str, table_dir: str, schema, columns: list[str]
     if writer is None:
         return None
     return DataFile(name, int(storage.fs.size(storage.path(rel))), int(time.time() * 1000), stats.json())
+
+
+def footer_data_file(storage_uri: str, table_dir: str, rel: str, schema, columns: list[str]) -> DataFile | None:
+    """A data file Spark's executors wrote under the table's directory (``rel``: its path there), with the
+    statistics its footer states (``_Stats.add_row_group``): the rows are not read. None when it holds no row."""
+    import pyarrow.parquet as pq
+
+    storage = Storage(storage_uri, key="sink.path")
+    path = f"{table_dir}/{rel}"
+    with storage.open(path, "rb") as f:
+        meta = pq.read_metadata(f)
+    if not meta.num_rows:
+        return None
+    stats = _Stats(schema, columns)
+    positions = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
+    for g in range(meta.num_row_groups):
+        stats.add_row_group(meta.row_group(g), positions)
+    return DataFile(rel, int(storage.fs.size(storage.path(path))), int(time.time() * 1000), stats.json())
+
+
+def tag_counts(storage_uri: str, paths: list[str], column: str) -> dict[str, int]:
+    """Rows per value of the string column ``column`` over Parquet files (``paths`` under ``storage_uri``), read
+    as dictionary indices, one row group at a time."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    storage = Storage(storage_uri, key="sink.path")
+    counts: dict[str, int] = {}
+    for path in paths:
+        with storage.open(path, "rb") as f:
+            parquet = pq.ParquetFile(f, read_dictionary=[column])
+            for g in range(parquet.num_row_groups):
+                for part in parquet.read_row_group(g, columns=[column]).column(0).chunks:
+                    for vc in pc.value_counts(part.indices).to_pylist():
+                        tag = part.dictionary[vc["values"]].as_py()
+                        counts[tag] = counts.get(tag, 0) + vc["counts"]
+    return counts
 
 
 def rewrite_staged_file(storage_uri: str, rel: str, table_dir: str, schema, columns: list[str],
@@ -296,22 +359,23 @@ def may_overlap(dt, ranges: dict[str, tuple[int, int]]) -> bool:
 
 
 def append_files(open_table: Callable[[], Any], files: list[DataFile], ranges: dict[str, tuple[int, int]],
-                 app: tuple[str, int], what: str, refuse: Callable[[Any], bool]) -> Outcome:
-    """Commit ``files`` as one append carrying ``app``, on exactly the table version checked (see the module's
-    docstring); ``refuse(dt)``: another reason the append would be wrong on that version."""
+                 app: tuple[str, int] | None, what: str, refuse: Callable[[Any], bool]) -> Outcome:
+    """Commit ``files`` as one append carrying ``app`` (if any), on exactly the table version checked (see the
+    module's docstring); ``refuse(dt)``: another reason the append would be wrong on that version."""
     from deltalake.transaction import CommitProperties, Transaction
 
     from airflow_cdc_provider.sinks.delta import is_conflict
 
     for n in range(APPEND_RETRIES):
         dt = open_table()
-        done = dt.transaction_version(app[0])
+        done = dt.transaction_version(app[0]) if app is not None else None
         if done is not None and done >= app[1]:
             return "committed before"
         if refuse(dt) or may_overlap(dt, ranges):
             return "may overlap"
         props = CommitProperties(custom_metadata={"airflow_cdc": what, WRITE_KEY: "append", "isBlindAppend": False},
-                                 max_commit_retries=0, app_transactions=[Transaction(app[0], app[1])])
+                                 max_commit_retries=0,
+                                 app_transactions=[Transaction(app[0], app[1])] if app is not None else None)
         try:
             dt.create_write_transaction([f.add_action() for f in files], "append", dt.schema(),
                                         commit_properties=props)

@@ -746,6 +746,9 @@ class WrittenWindow:
 
         return F.concat(F.lit(f"{self.epoch}:"), F.col(CHUNK_COLUMN).cast("string"))
 
+    def discard(self) -> None:
+        """The rows upserted are the mirror's; a retry sweeps those it does not read again."""
+
     def publish(self, changes, mid_write: Hook) -> list[int]:
         """A TRUNCATE in the window empties the mirror at its position first, as the stream applies one (every
         row older than it, the rows just read included, becomes a tombstone); then each touched key's last change

@@ -198,15 +198,23 @@ class SnapshotJob:
         self.store.clear_chunk_reports(table, epoch, indexes)
         t0 = time.monotonic()
 
+        opened = []
+
         def select(low: BinlogOffset):
             rows = read_window_rows(self.spark, conn, self.settings, schema, types, chunks, self.partitions)
-            return self.sink.open_window(rows, types, epoch, indexes, low.sort_key, retried)
+            opened.append(self.sink.open_window(rows, types, epoch, indexes, low.sort_key, retried))
+            return opened[-1]
 
-        window, changes = read_window(conn, info, self.settings, self.spec.server_id, schema, order, chunks, select,
-                                      lambda point: self._hit(point, chunks))
-        t_select = time.monotonic() - t0
-        t_publish = time.monotonic()
-        lost = window.publish(changes, lambda: self._hit("mid_sink_write", chunks))
+        try:
+            window, changes = read_window(conn, info, self.settings, self.spec.server_id, schema, order, chunks,
+                                          select, lambda point: self._hit(point, chunks))
+            t_select = time.monotonic() - t0
+            t_publish = time.monotonic()
+            lost = window.publish(changes, lambda: self._hit("mid_sink_write", chunks))
+        except Exception:
+            for w in opened:
+                w.discard()
+            raise
         for index in lost:  # their rows went with an earlier attempt's differently grouped directory
             log.warning("%s:%d: its rows were replaced by an overlapping window; its report is dropped so the "
                         "snapshot cannot finish until it is read again", table, index)

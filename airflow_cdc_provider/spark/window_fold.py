@@ -71,6 +71,9 @@ class FoldedWindow:
     def publish_rows(self, folded, version: Version, mid_write: Hook) -> list[int]:
         raise NotImplementedError
 
+    def discard(self) -> None:
+        """Staged rows are left to the next write's removal of abandoned staging directories."""
+
     def publish(self, changes, mid_write: Hook) -> list[int]:
         from pyspark import StorageLevel
 

@@ -202,6 +202,43 @@ def test_every_reader_finds_every_value_of_appended_files(tmp_path):
     assert checked >= len(KINDS.names) * 3 * 3
 
 
+def test_footer_statistics_are_those_of_the_rows(tmp_path):
+    """A data file another writer wrote (Spark's executors, for a written window) states, from its Parquet
+    footer, the statistics the rows themselves give: row groups combined, NULL-only and oversized values left
+    unbounded as the rows' own statistics leave them; a float column makes it state its row count only."""
+    import pyarrow.parquet as pq
+
+    from airflow_cdc_provider.sinks.delta_append import footer_data_file
+
+    no_floats = pa.schema([f for f in KINDS if not pa.types.is_floating(f.type)])
+    uri = new_table(tmp_path, no_floats, "t")
+    columns = stats_columns(DeltaTable(uri))
+    rows = [{k: v for k, v in r.items() if k in no_floats.names} for r in KIND_FILES[0] + KIND_FILES[1]]
+    (tmp_path / "t" / "w").mkdir()
+    pq.write_table(pa.Table.from_pylist(rows, schema=no_floats), tmp_path / "t" / "w" / "a.parquet",
+                   row_group_size=1)  # four row groups
+    from_footer = footer_data_file(str(tmp_path), "t", "w/a.parquet", no_floats, columns)
+    from_rows = window_files(tmp_path, "t", no_floats, rows)[0]
+    assert from_footer.path == "w/a.parquet"
+    assert from_footer.size == (tmp_path / "t" / "w" / "a.parquet").stat().st_size
+    assert json.loads(from_footer.stats) == json.loads(from_rows.stats)
+    stated = json.loads(from_footer.stats)
+    assert (stated["minValues"]["s"], stated["maxValues"]["s"]) == ("", "é" * 40)
+
+    pq.write_table(pa.Table.from_pylist(rows[:1], schema=no_floats), tmp_path / "t" / "w" / "long.parquet",
+                   write_statistics=["id"])  # only the key has a min and max in the footer
+    assert json.loads(footer_data_file(str(tmp_path), "t", "w/long.parquet", no_floats, columns).stats) == \
+        {"numRecords": 1}
+    pq.write_table(pa.Table.from_pylist([], schema=no_floats), tmp_path / "t" / "w" / "empty.parquet")
+    assert footer_data_file(str(tmp_path), "t", "w/empty.parquet", no_floats, columns) is None
+
+    floats = new_table(tmp_path, KINDS, "f")
+    (tmp_path / "f" / "w").mkdir()
+    pq.write_table(pa.Table.from_pylist(KIND_FILES[0], schema=KINDS), tmp_path / "f" / "w" / "a.parquet")
+    assert json.loads(footer_data_file(str(tmp_path), "f", "w/a.parquet", KINDS,
+                                       stats_columns(DeltaTable(floats))).stats) == {"numRecords": 2}
+
+
 def kv_table(root: Path) -> tuple[str, pa.Schema]:
     schema = pa.schema([("id", pa.int64()), ("v", pa.string()), ("_cdc_deleted", pa.bool_())])
     return new_table(root, schema), schema
@@ -419,3 +456,25 @@ def test_sink_tables_leave_columns_delta_rs_misstates_out_of_statistics(tmp_path
 
 def table_schema_of(uri: str) -> pa.Schema:
     return pa.schema(DeltaTable(uri).schema().to_arrow())
+
+
+def test_a_window_s_files_merge_in_pieces_of_neighbouring_key_ranges():
+    """A written window MERGEd (its append refused) goes in pieces of at most ``MERGE_PIECE_ROWS`` rows, files of
+    neighbouring key ranges together, each piece bounded by its keys; without a range for every file, one piece."""
+    from airflow_cdc_provider.sinks.delta import MERGE_PIECE_ROWS, merge_pieces
+    from airflow_cdc_provider.sinks.delta_append import DataFile
+
+    def data_file(name, lo, hi, rows):
+        stats = {"numRecords": rows, "minValues": {"id": lo}, "maxValues": {"id": hi}} if lo is not None else \
+            {"numRecords": rows}
+        return DataFile(name, 1, 1, json.dumps(stats))
+
+    half = MERGE_PIECE_ROWS // 2
+    files = [data_file("c", 200, 299, half), data_file("a", 0, 99, half), data_file("b", 100, 199, half),
+             data_file("d", 300, 399, 10)]
+    pieces = merge_pieces(files, "id")
+    assert [([f.path for f in group], bounds) for group, bounds in pieces] == [
+        (["a", "b"], (0, 199)), (["c", "d"], (200, 399))]
+    unbounded = data_file("e", None, None, 5)
+    assert merge_pieces(files + [unbounded], "id") == [(files + [unbounded], None)]
+    assert merge_pieces(files, None) == [(files, None)]

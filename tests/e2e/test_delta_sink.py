@@ -86,7 +86,14 @@ def window_commits(uri: str) -> list[tuple[str, str]]:
     """(what, operation) of the snapshot windows' commits, oldest first: WRITE for an append of data files,
     MERGE otherwise."""
     return [(c["airflow_cdc"], c["operation"]) for c in reversed(deltalake.DeltaTable(uri).history())
-            if str(c.get("airflow_cdc", "")).startswith("snapshot epoch") and "chunks" in c["airflow_cdc"]]
+            if str(c.get("airflow_cdc", "")).startswith("snapshot epoch") and "chunks" in c["airflow_cdc"]
+            and "binlog window" not in c["airflow_cdc"]]
+
+
+def window_change_commits(uri: str) -> list[str]:
+    """What the commits say that applied a written window's binlog changes onto it, oldest first."""
+    return [c["airflow_cdc"] for c in reversed(deltalake.DeltaTable(uri).history())
+            if "binlog window" in str(c.get("airflow_cdc", ""))]
 
 
 def test_late_replayed_and_emptied_writes_converge_without_spark(tmp_path):
@@ -219,6 +226,89 @@ def make_kinds(db) -> None:
                "NULL, NULL, NULL, NULL, NULL, NULL, NULL)")
 
 
+def make_wide(db, n: int) -> None:
+    """Columns of every kind whose statistics a written window's files take from their Parquet footers (no float:
+    those windows are staged), ``n`` rows of spread values, and one row of extremes and NULLs."""
+    db.execute("CREATE TABLE wide (id INT PRIMARY KEY, u BIGINT UNSIGNED, d DECIMAL(12,3), big DECIMAL(30,5), "
+               "dt DATETIME(6), ts TIMESTAMP(3) NULL, dd DATE, s VARCHAR(200), b VARBINARY(10), tiny TINYINT, "
+               "small SMALLINT, e ENUM('a','b'), y YEAR, flag BOOLEAN, t TEXT)")
+    db.execute("INSERT INTO wide SELECT seq, seq * 184467440737095, seq / 7, seq * 1000000000000.5, "
+               "TIMESTAMP('2020-01-01') + INTERVAL seq * 1000003 MICROSECOND, FROM_UNIXTIME(seq * 1000.5), "
+               "DATE('2000-01-01') + INTERVAL seq DAY, CONCAT(REPEAT('\u00e9', seq % 40), seq), UNHEX(HEX(seq)), "
+               "seq % 128, CAST(seq AS SIGNED) - 1000, IF(seq % 2, 'a', 'b'), 1901 + seq % 255, seq % 2, "
+               f"CONCAT('t', seq) FROM seq_1_to_{n}")
+    db.execute("INSERT INTO wide VALUES (100000, 18446744073709551615, -999999999.999, NULL, "
+               "'9999-12-31 23:59:59.999999', NULL, '1000-01-01', '', x'', -128, -32768, NULL, NULL, NULL, "
+               "REPEAT('\u00fc', 3000))")  # over 4 KiB: whole, no Parquet writer states it in a footer
+
+
+def test_written_windows_state_the_statistics_of_their_rows(source_db, tmp_path):
+    """A first snapshot's windows written by Spark straight as the table's data files: each file's statistics,
+    taken from its Parquet footer, are what pyarrow finds in its rows; readers filtering on any value find it;
+    the windows' directories hold only the data files the log names."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from airflow_cdc_provider.sinks.delta_append import _Stats, stats_columns
+
+    make_wide(source_db, 100)
+    p = Pipeline(source_db, tmp_path, delta_sink(tmp_path), ["wide"], chunk_size=30)
+    chunks = p.plan()
+    assert len(chunks) >= 3
+    p.snapshot(chunks[:2])  # two jobs: two windows, the second appended beside the first's file
+    p.snapshot(chunks[2:])
+    p.collect()
+    want = assert_delta_equals_source(p, source_db, "wide")
+    assert len(want) == 101
+    uri = table_uri(p, source_db, "wide")
+    assert [op for _, op in window_commits(uri)] == ["WRITE", "WRITE"]
+    dt = deltalake.DeltaTable(uri)
+    schema, columns = pa.schema(dt.schema().to_arrow()), stats_columns(dt)
+    assert "id" in columns and "u" not in columns  # BIGINT UNSIGNED: left out of statistics
+    adds = [json.loads(line)["add"] for commit in sorted((Path(uri) / "_delta_log").glob("*.json"))
+            for line in commit.read_text().splitlines() if '"add"' in line]  # with their statistics
+    assert len(adds) >= 2 and all(a["path"].startswith("snapshot-") for a in adds), [a["path"] for a in adds]
+    for add in adds:
+        rows = pq.read_table(Path(uri) / add["path"])
+        assert [(f.name, f.type) for f in rows.schema] == [(f.name, f.type) for f in schema]
+        computed = _Stats(schema, columns)
+        for batch in rows.to_batches():
+            computed.add(batch)
+        stated, exact = json.loads(add["stats"]), json.loads(computed.json())
+        assert "id" in stated["minValues"] and "t" in stated["maxValues"], "a long value took the file's statistics"
+        # strings are stated truncated to 64 bytes: still bounds of every value, equal to it when shorter
+        strings = [f.name for f in schema if pa.types.is_string(f.type)]
+        for c in strings:
+            low, high = stated["minValues"].pop(c, None), stated["maxValues"].pop(c, None)
+            want_low, want_high = exact["minValues"].pop(c, None), exact["maxValues"].pop(c, None)
+            assert (low is None) == (want_low is None) and (high is None) == (want_high is None), c
+            if want_low is not None:
+                assert low.encode() <= want_low.encode() and high.encode() >= want_high.encode(), c
+                assert low == want_low or len(want_low.encode()) > 64, c
+        assert stated == exact, add["path"]
+    left = {f.relative_to(uri).as_posix() for f in Path(uri).glob("snapshot-*/*")}
+    assert left == {a["path"] for a in adds}, "Spark's own files or unreferenced data files were left"
+    filters_find_every_value(uri)
+    other_readers_agree(p, source_db, "wide", want)
+
+
+def test_a_window_run_again_on_an_unchanged_binlog_keeps_its_rows(source_db, tmp_path):
+    """A chunk job run again after its window was published (an Airflow retry after the job's success was lost),
+    with nothing written to the binlog in between: the retry finds the window committed and writes nothing, and
+    the finished epoch keeps the rows the first attempt wrote under its low watermark, though the retry's report
+    states a later one."""
+    make_orders(source_db, 300)
+    p = Pipeline(source_db, tmp_path, delta_sink(tmp_path), ["orders"], chunk_size=100)
+    chunks = p.plan()
+    p.snapshot(chunks)
+    uri = table_uri(p, source_db, "orders")
+    version = deltalake.DeltaTable(uri).version()
+    p.snapshot(chunks)
+    assert deltalake.DeltaTable(uri).version() == version, "the retry wrote again: the binlog was not unchanged"
+    p.collect()
+    assert len(assert_delta_equals_source(p, source_db, "orders")) == 300
+
+
 def test_snapshot_stream_kill_and_resnapshot_converge(source_db, tmp_path, spark):
     make_orders(source_db, 3_000)
     p = Pipeline(source_db, tmp_path, delta_sink(tmp_path), ["orders"], chunk_size=1_000)
@@ -285,6 +375,10 @@ def test_truncate_an_alter_in_place_and_one_by_resnapshot(source_db, tmp_path, s
         commits = window_commits(table_uri(p, db, name))
         assert commits and all(op == "WRITE" for _, op in commits), f"{name}: {commits}"
         filters_find_every_value(table_uri(p, db, name))
+    # t's windows were written as data files by Spark; kinds has a DOUBLE, so its windows were staged and their
+    # files rewritten by pyarrow (which bounds NaN as no footer does)
+    assert all(f.startswith("snapshot-") for f in logged_files(table_uri(p, db, "t")))
+    assert not any(f.startswith("snapshot-") for f in logged_files(table_uri(p, db, "kinds")))
     assert sink_rows(spark, p.sink, p.secrets, table_types(db, "kinds")) == kinds
 
     db.execute("UPDATE t SET qty = -1 WHERE id <= 10")  # changes before the truncate

@@ -1,7 +1,8 @@
 """Snapshot windows written into a sink that holds rows already, with changes committed inside the window.
 
 The jdbc mirror upserts a window's rows while they are read, under the window's low watermark, then the last
-change of each key the binlog window touched on top, under that change's position. Changes committed while a
+change of each key the binlog window touched on top, under that change's position; the delta sink writes a first
+snapshot's window the same way, as data files of the table. Changes committed while a
 window sits between its SELECT and its high watermark (updates, deletes, inserts; a TRUNCATE and what follows it)
 must leave the mirror equal to MariaDB row by row, with the chunk reports counting the rows as of the HW. In a
 re-snapshot (jdbc and delta) the sink holds every key already, from the old epoch's chunks."""
@@ -9,8 +10,12 @@ re-snapshot (jdbc and delta) the sink holds every key already, from the old epoc
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
+import deltalake
 import pytest
+
+from airflow_cdc_provider.state.store import table_dir_name
 
 from .cdc_helpers import Pipeline, delta_sink, jdbc_sink, sink_rows, source_rows, table_types, wait_until
 
@@ -32,11 +37,16 @@ def paused_snapshot(p: Pipeline, chunks, marker, commit) -> None:
     assert not job.is_alive()
 
 
-def test_changes_and_a_truncate_inside_jdbc_windows_then_the_stream(source_db, tmp_path, spark, postgres):
+@pytest.mark.parametrize("sink_type", ["jdbc", "delta"])
+def test_changes_and_a_truncate_inside_first_snapshot_windows_then_the_stream(source_db, tmp_path, spark, postgres,
+                                                                              sink_type):
+    """jdbc upserts the window while reading it; delta writes it as data files of the table: both under the low
+    watermark, with the binlog window's last changes on top."""
     db = source_db
     make_tables(db, ("items", "tr"), 3000)
     schema = f"w_{db.name}"
-    p = Pipeline(db, tmp_path, jdbc_sink(postgres, schema), ["items", "tr"], postgres=postgres, chunk_size=1000)
+    sink = jdbc_sink(postgres, schema) if sink_type == "jdbc" else delta_sink(tmp_path)
+    p = Pipeline(db, tmp_path, sink, ["items", "tr"], postgres=postgres, chunk_size=1000)
     chunks = p.plan()
     by_table = {t: [c for c in chunks if str(c.table) == db.table(t)] for t in ("items", "tr")}
 
@@ -68,9 +78,19 @@ def test_changes_and_a_truncate_inside_jdbc_windows_then_the_stream(source_db, t
     p.stream()
     for t in ("items", "tr"):
         assert sink_rows(spark, p.sink, p.secrets, table_types(db, t)) == source_rows(db, t), t
-    with postgres.connect() as conn, conn.cursor() as cur:  # the mirror itself: live rows are the source's keys
-        cur.execute(f'SELECT id FROM "{schema}"."{db.name}__tr" WHERE NOT _cdc_deleted ORDER BY id')
-        assert [r[0] for r in cur.fetchall()] == [10, 20, 30]
+    if sink_type == "jdbc":
+        with postgres.connect() as conn, conn.cursor() as cur:  # the mirror itself: live rows are the source's keys
+            cur.execute(f'SELECT id FROM "{schema}"."{db.name}__tr" WHERE NOT _cdc_deleted ORDER BY id')
+            assert [r[0] for r in cur.fetchall()] == [10, 20, 30]
+        return
+    for t in ("items", "tr"):  # the Delta table itself: the windows appended, their binlog windows on top
+        uri = str(Path(p.sink.path) / table_dir_name(db.table(t)))
+        history = [c.get("airflow_cdc", "") for c in reversed(deltalake.DeltaTable(uri).history())]
+        appended = [c["airflow_cdc"] for c in deltalake.DeltaTable(uri).history() if c["operation"] == "WRITE"]
+        assert appended and all(w.startswith("snapshot epoch ") and " chunks " in w for w in appended), history
+        assert any("the last changes of its binlog window" in str(w) for w in history), history
+    live = deltalake.DeltaTable(uri).to_pyarrow_table(columns=["id"], filters=[("_cdc_deleted", "=", False)])
+    assert sorted(live.column("id").to_pylist()) == [10, 20, 30]
 
 
 @pytest.mark.parametrize("sink_type", ["jdbc", "delta"])
