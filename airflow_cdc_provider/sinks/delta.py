@@ -1110,7 +1110,6 @@ class WrittenDeltaWindow:
     def publish(self, changes, mid_write: Hook) -> list[int]:
         from airflow_cdc_provider.sinks.delta_append import (
             append_files,
-            delete_unreferenced,
             footer_data_file,
             stats_columns,
             tag_counts,
@@ -1155,14 +1154,12 @@ class WrittenDeltaWindow:
             log.info("%s: %s: MERGE (the append was refused: %s)", table, what, outcome)
             self._merge_files(files, rows_app, what)
         if outcome != "appended":  # the files are no data files of the table
-            delete_unreferenced(storage, self.table_dir, sink.open_table(table), files)
-            if not storage.listdir(rel):
-                storage.rmtree(rel)
+            self.discard()
         self._apply_window_changes(changes, app, what, window_range)
         return []
 
     def discard(self) -> None:
-        """The window's files, unless the table holds them (the job failed after reading the window)."""
+        """The window's files, unless the table holds them (not appended, or the job failed after the read)."""
         from airflow_cdc_provider.sinks.delta_append import DataFile, delete_unreferenced
 
         storage, rel = self.sink.layout.storage, f"{self.table_dir}/{self.dir}"
