@@ -26,8 +26,8 @@ delta-rs writes (``_stat_value``), which its readers prune files by and the next
 
 A replayed window (its application transaction committed already) commits nothing. Files written by an attempt
 that does not commit are deleted when it falls back to the MERGE, or stay unreferenced (invisible to readers)
-when the job dies first: only a full VACUUM (``vacuum(full=True)``) removes those, once older than its
-retention; the default one removes only files a commit removed.
+when the job dies first: a full VACUUM (``vacuum(full=True)``, the maintenance's) removes those once older than
+its retention; delta-rs's default one removes only files a commit removed.
 """
 
 from __future__ import annotations

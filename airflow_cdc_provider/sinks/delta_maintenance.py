@@ -12,8 +12,13 @@ Why it is safe beside running jobs:
   stream batch's and snapshot window's ``txn`` version stays what it was: a replayed batch is still skipped.
   It commits optimistically; when a MERGE commits first, the compaction runs again on the new version, and a
   MERGE that loses to a compaction re-runs itself (``sinks.delta.committing``);
-* VACUUM deletes only files unreferenced for longer than the retention, with delta-rs's own retention check on:
-  a retention below Delta's default minimum (a week) could delete files a running snapshot task or stream batch
+* VACUUM deletes only files unreferenced for longer than the retention, with delta-rs's own retention check on.
+  With a retention of at least a week it is a full one, as Delta's own VACUUM: besides the files commits
+  removed, it deletes data files no commit ever added (a snapshot window's, its job killed before the commit)
+  once written longer ago than the retention; directories starting with ``_`` or ``.`` (the log, staging) are
+  left alone. A shorter one deletes only files commits removed: it could take a running window's files before
+  their commit.
+  A retention below Delta's default minimum (a week) could delete files a running snapshot task or stream batch
   still reads from the version it started on, so it is refused unless ``allow_short_retention`` says otherwise.
 """
 
@@ -26,7 +31,7 @@ from typing import Any
 
 from airflow_cdc_provider.sinks.base import SinkError
 from airflow_cdc_provider.sinks.delta import KEY_PROPERTY, DeltaLayout, committing
-from airflow_cdc_provider.sinks.delta_settings import DeltaMaintenanceSettings
+from airflow_cdc_provider.sinks.delta_settings import MIN_RETENTION_HOURS, DeltaMaintenanceSettings
 
 log = logging.getLogger("airflow_cdc.delta.maintenance")
 
@@ -91,8 +96,10 @@ def maintain_table(uri: str, table: str, settings: DeltaMaintenanceSettings) -> 
     vacuumed: list[str] = []
     if settings.vacuum_retention_hours is not None:
         def vacuum() -> list[str]:
-            return DeltaTable(uri).vacuum(retention_hours=settings.vacuum_retention_hours, dry_run=False,
-                                          enforce_retention_duration=not settings.allow_short_retention)
+            hours = settings.vacuum_retention_hours
+            return DeltaTable(uri).vacuum(retention_hours=hours, dry_run=False,
+                                          enforce_retention_duration=not settings.allow_short_retention,
+                                          full=hours >= MIN_RETENTION_HOURS)
 
         try:
             vacuumed = committing(f"{table}: vacuum", vacuum)
