@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import fcntl
 import itertools
 import os
 import re
@@ -53,29 +52,6 @@ def class_archive_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
             os.environ.pop(ARCHIVE_DIR_ENV, None)
         else:
             os.environ[ARCHIVE_DIR_ENV] = old
-
-
-@pytest.fixture(autouse=True)
-def machine_share(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Under pytest-xdist, a test marked ``whole_machine`` runs while no other worker runs a test: what it
-    bounds in time (a latency its issue states) holds on the machine, not on what another worker's Spark jobs
-    leave of it. Every other test shares the machine. A waiting whole-machine test goes before later shared
-    ones (the turnstile), so it waits for the tests running now only."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        yield
-        return
-    shared_dir = tmp_path_factory.getbasetemp().parent  # each worker's base is a folder of the run's
-    whole = request.node.get_closest_marker("whole_machine") is not None
-    with open(shared_dir / "machine.turnstile", "a") as turnstile, open(shared_dir / "machine.lock", "a") as lock:
-        fcntl.flock(turnstile, fcntl.LOCK_EX)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX if whole else fcntl.LOCK_SH)
-        finally:
-            fcntl.flock(turnstile, fcntl.LOCK_UN)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _tier(item) -> str | None:
