@@ -123,8 +123,8 @@ def test_sink_path_changed_while_state_path_stays(airflow_home, source_db, tmp_p
     assert [orders[(i,)][2] for i in (1, 2)] == ["while moved", "while moved"]
 
 
-@pytest.mark.parametrize("startup, sink_type, route", [("initial", "parquet", "cli"), ("latest", "parquet", "conf"),
-                                                       ("initial", "jdbc", "cli")])
+# each startup mode, sink and route once (the route does not touch the sink; each sink's re-snapshot is its own)
+@pytest.mark.parametrize("startup, sink_type, route", [("latest", "parquet", "conf"), ("initial", "jdbc", "cli")])
 def test_a_table_taken_out_stops_streaming_and_comes_back_snapshotted(airflow_home, source_db, postgres, tmp_path,
                                                                        spark, startup, sink_type, route):
     """A table left out of source.tables is streamed still, until ``airflow-cdc uncapture`` (or a DAG run with
