@@ -8,7 +8,8 @@ Set ``AIRFLOW_CDC_FAULT`` (or the job spec's ``fault``) to JSON::
   ``mid_batch``, ``after_schema_change`` (a stream batch's truncates and drops applied, its batch not yet
   committed);
 * ``action``: ``kill`` (SIGKILL of this process: nothing gets to clean up), ``fail`` (an exception) or
-  ``pause`` (sleep ``seconds``, default 10: holds a chunk window open so a test can commit into it);
+  ``pause`` (sleep ``seconds``, default 10: holds a chunk window open so a test can commit into it; with
+  ``until``, a file path, the pause ends as soon as that file exists);
 * ``match``: only where the context (a split id, a table, a batch id) contains this text;
 * ``once``: a marker file; the fault fires only if it does not exist yet, and creates it, so the retry that
   follows succeeds.
@@ -60,7 +61,9 @@ class FaultSwitch:
             os.close(fd)
         action = f.get("action", "kill")
         if action == "pause":
-            time.sleep(float(f.get("seconds", 10)))
+            end = time.monotonic() + float(f.get("seconds", 10))
+            while time.monotonic() < end and not (f.get("until") and os.path.exists(f["until"])):
+                time.sleep(0.2)
             return
         if action == "kill":
             os.kill(os.getpid(), signal.SIGKILL)

@@ -35,6 +35,7 @@ snapshot epoch and table version its columns are at (``schema_record``), so a cr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -83,7 +84,9 @@ MERGE_PIECE_ROWS = 1 << 20  # rows of a written window's files one MERGE takes a
 # as written (no Julian rebase), snappy, row groups an in-place rewrite reads ahead by two of, and string
 # statistics truncated to valid bounds (a value longer than 4 KiB would otherwise leave its file with none)
 DATA_FILE_CONF = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-                  "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED"}
+                  "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
+                  "spark.sql.parquet.datetimeRebaseModeInRead": "CORRECTED",  # the table's files (delta-rs's too)
+                  "spark.sql.parquet.int96RebaseModeInRead": "CORRECTED"}
 DATA_FILE_OPTIONS = {"compression": "snappy", "parquet.block.size": str(32 << 20),
                      "parquet.statistics.truncate.length": "64"}
 STAGED_ROW_GROUP_BYTES = 16 << 20  # a staged window file's row groups (Spark's default: 128 MiB)
@@ -1057,8 +1060,9 @@ class WrittenDeltaWindow:
     (which forces the read), under the window's low watermark: older than every change of the window, as in the
     jdbc sink (``spark.window_fold``). The rows go through no staging and no second pass. Publishing reads the
     files' footers for their statistics and commits them as one append carrying the window's application
-    transaction, if no row of the table may share a key with them (``delta_append``); otherwise their rows are
-    MERGEd and the files deleted. Then the binlog window goes on top as the stream would apply it: a TRUNCATE
+    transaction, if no row of the table may share a key with them (``delta_append``); else in place of the
+    table's files that may, with those files' other rows carried over by Spark (``_carry``), if none the window
+    would replace is newer than it; otherwise their rows are MERGEd and the files deleted. Then the binlog window goes on top as the stream would apply it: a TRUNCATE
     in it makes every older row of the table a tombstone, and the last change of each key it touched is MERGEd
     under that change's own position. Between the commits
     readers see the window as read; a kill between them leaves the window unreported, and its retry
@@ -1075,6 +1079,7 @@ class WrittenDeltaWindow:
         self.table_dir = table_dir_name(self.table)
         self.dir = f"snapshot-{epoch}-{min(indexes)}-{max(indexes)}-{uuid.uuid4().hex[:12]}"
         self.counts: dict[int, int] = {}
+        self._carried_rows = 0  # rows of the table's files a replacement carried over unchanged
         self._write(rows)
 
     def _write(self, rows) -> None:
@@ -1082,50 +1087,52 @@ class WrittenDeltaWindow:
         directory (``DATA_FILE_CONF``, ``DATA_FILE_OPTIONS``); Spark's other files removed."""
         from pyspark.sql import functions as F
 
-        spark, storage = self.sink.spark, self.sink.layout.storage
         seq, pos, row = self.low_watermark
         meta = {"_cdc_op": F.lit("r"), "_cdc_ts_ms": F.lit(0).cast("bigint"),
                 "_cdc_file_seq": F.lit(seq).cast("bigint"), "_cdc_pos": F.lit(pos).cast("bigint"),
                 "_cdc_row": F.lit(row).cast("int"), DELETED: F.lit(False),
                 CHUNK: F.concat(F.lit(f"{self.epoch}:"), col(CHUNK_COLUMN).cast("string"))}
+        self._write_files(rows.select(*self._columns(meta)), self.dir)
+
+    def _columns(self, given: dict[str, Any]) -> list:
+        """The table's columns in its order: ``given`` ones as given, the source's cast to their Spark types, the
+        others as they are."""
         kinds = {c: t.spark for c, t in zip(self.types.schema.column_names, self.types.types, strict=True)}
-        out = [(meta[f.name] if f.name in meta else col(f.name).cast(kinds[f.name])).alias(f.name)
-               for f in self.schema]
-        rel = f"{self.table_dir}/{self.dir}"
+        return [(given[f.name] if f.name in given else col(f.name).cast(kinds[f.name]) if f.name in kinds
+                 else col(f.name)).alias(f.name) for f in self.schema]
+
+    @contextlib.contextmanager
+    def _data_file_conf(self) -> Iterator[None]:
+        """The session under ``DATA_FILE_CONF`` while Spark reads or writes the table's data files."""
+        spark = self.sink.spark
         before = {k: spark.conf.get(k, None) for k in DATA_FILE_CONF}
         for k, v in DATA_FILE_CONF.items():
             spark.conf.set(k, v)
         try:
-            rows.select(*out).write.mode("overwrite").options(**DATA_FILE_OPTIONS).parquet(storage.location(rel))
+            yield
         finally:
             for k, v in before.items():
                 if v is None:
                     spark.conf.unset(k)
                 else:
                     spark.conf.set(k, v)
+
+    def _write_files(self, frame, rel: str) -> None:
+        """Spark: ``frame`` (the table's columns) as Parquet data files in ``rel`` under the table's directory
+        (``DATA_FILE_CONF``, ``DATA_FILE_OPTIONS``); Spark's other files removed."""
+        storage = self.sink.layout.storage
+        rel = f"{self.table_dir}/{rel}"
+        with self._data_file_conf():
+            frame.write.mode("overwrite").options(**DATA_FILE_OPTIONS).parquet(storage.location(rel))
         for name in storage.listdir(rel):
             if name.startswith((".", "_")) or not name.endswith(".parquet"):
                 storage.rmtree(f"{rel}/{name}")
 
     def publish(self, changes, mid_write: Hook) -> list[int]:
-        from airflow_cdc_provider.sinks.delta_append import (
-            append_files,
-            footer_data_file,
-            stats_columns,
-            tag_counts,
-            window_ranges,
-        )
+        from airflow_cdc_provider.sinks.delta_append import append_files, replace_files, tag_counts, window_ranges
 
-        sink, table, storage = self.sink, self.table, self.sink.layout.storage
-        rel = f"{self.table_dir}/{self.dir}"
-        columns = stats_columns(sink.open_table(table))
-        files = []
-        for name in storage.listdir(rel):
-            written = footer_data_file(sink.config.path, self.table_dir, f"{self.dir}/{name}", self.schema, columns)
-            if written is None:
-                storage.delete(f"{rel}/{name}")
-            else:
-                files.append(written)
+        sink, table = self.sink, self.table
+        files = self._data_files(self.dir)
         tags = tag_counts(sink.config.path, [f"{self.table_dir}/{f.path}" for f in files], CHUNK)
         self.counts = {int(tag.split(":")[1]): n for tag, n in tags.items()}
         first, last = min(self.indexes), max(self.indexes)
@@ -1145,28 +1152,95 @@ class WrittenDeltaWindow:
         elif files:
             outcome = append_files(lambda: sink.open_table(table), files, ranges, rows_app, what,
                                    refuse=lambda d: EMPTIED_PROPERTY in d.metadata().configuration)
+        if outcome == "may overlap" and ranges:
+            outcome = replace_files(lambda: sink.open_table(table), files, ranges, rows_app, what,
+                                    refuse=lambda d: EMPTIED_PROPERTY in d.metadata().configuration,
+                                    carry=partial(self._carry, files))
         if outcome == "appended":
             log.info("%s: %s: appended %d rows in %d data files written by the executors", table, what,
                      sum(self.counts.values()), len(files))
+        elif outcome == "replaced":
+            log.info("%s: %s: %d rows in %d data files written by the executors replaced the table's files that "
+                     "may hold their keys (%d rows of those carried over)", table, what, sum(self.counts.values()),
+                     len(files), self._carried_rows)
         elif outcome == "committed before":
             log.info("%s: %s: committed before (%s); nothing written", table, what, app[0])
         elif files:
             log.info("%s: %s: MERGE (the append was refused: %s)", table, what, outcome)
             self._merge_files(files, rows_app, what)
-        if outcome != "appended":  # the files are no data files of the table
+        if outcome not in ("appended", "replaced"):  # the files are no data files of the table
             self.discard()
         self._apply_window_changes(changes, app, what, window_range)
         return []
+
+    def _data_files(self, rel: str) -> list:
+        """The Parquet files Spark wrote in ``rel`` under the table's directory, with their footers' statistics
+        (``footer_data_file``); files without a row deleted."""
+        from airflow_cdc_provider.sinks.delta_append import footer_data_file, stats_columns
+
+        storage = self.sink.layout.storage
+        columns = stats_columns(self.sink.open_table(self.table))
+        files = []
+        for name in storage.listdir(f"{self.table_dir}/{rel}"):
+            written = footer_data_file(self.sink.config.path, self.table_dir, f"{rel}/{name}", self.schema, columns)
+            if written is None:
+                storage.delete(f"{self.table_dir}/{rel}/{name}")
+            else:
+                files.append(written)
+        return files
+
+    def _carry(self, files: list, taken: list) -> list | None:
+        """Spark: for a replacement of the table's files ``taken`` by the window's ``files`` (``replace_files``),
+        the rows of ``taken`` whose keys the window lacks, unchanged, as data files in the window's directory. None
+        when a row of ``taken`` the window holds the key of is one a MERGE would keep (newer than the low
+        watermark: the stream wrote it after it; or a tombstone of that very version), or Spark cannot read
+        ``taken`` as the table's columns and types."""
+        from urllib.parse import unquote
+
+        from pyspark.sql import functions as F
+
+        storage, keys = self.sink.layout.storage, list(self.types.schema.key_columns)
+        carried = f"{self.dir}/carried"
+        storage.rmtree(f"{self.table_dir}/{carried}")  # an earlier attempt's, for other files
+        self._carried_rows = 0
+        if not taken:
+            return []
+        lw = self.low_watermark
+        try:
+            old = self.sink.spark.read.option("mergeSchema", "true").parquet(
+                *[storage.location(f"{self.table_dir}/{unquote(f.path)}") for f in taken])
+            window = self.sink.spark.read.parquet(
+                *[storage.location(f"{self.table_dir}/{f.path}") for f in files]).select(*keys)
+            replaced = f"({older_than(None, lw)} OR ({same_version(None, lw)} AND NOT {DELETED}))"
+            with self._data_file_conf():
+                newer = old.join(window, keys, "left_semi").where(~F.expr(replaced)).limit(1).count()
+            if newer:
+                log.info("%s: a row the window would replace is newer than it", self.table)
+                return None
+            self._write_files(old.join(window, keys, "left_anti").select(*self._columns({})), carried)
+        except Exception as exc:  # a MERGE does it row by row whatever the files hold
+            log.warning("%s: the files the window would replace are not read as the table's (%s)", self.table,
+                        str(exc).splitlines()[0])
+            return None
+        kept = self._data_files(carried)
+        if kept and not self._conforms(kept[0]):
+            log.info("%s: the carried rows' files do not have the table's types", self.table)
+            return None
+        self._carried_rows = sum(json.loads(f.stats)["numRecords"] for f in kept)
+        return kept
 
     def discard(self) -> None:
         """The window's files, unless the table holds them (not appended, or the job failed after the read)."""
         from airflow_cdc_provider.sinks.delta_append import DataFile, delete_unreferenced
 
-        storage, rel = self.sink.layout.storage, f"{self.table_dir}/{self.dir}"
-        written = [DataFile(f"{self.dir}/{n}", 0, 0, "{}") for n in storage.listdir(rel)]
-        delete_unreferenced(storage, self.table_dir, self.sink.open_table(self.table), written)
-        if not storage.listdir(rel):
-            storage.rmtree(rel)
+        storage, table = self.sink.layout.storage, self.sink.open_table(self.table)
+        for sub in ("carried", ""):  # the rows a replacement carries over, then the window's own
+            where = f"{self.dir}/{sub}".rstrip("/")
+            written = [DataFile(f"{where}/{n}", 0, 0, "{}") for n in storage.listdir(f"{self.table_dir}/{where}")
+                       if n.endswith(".parquet")]
+            delete_unreferenced(storage, self.table_dir, table, written)
+            if not storage.listdir(f"{self.table_dir}/{where}"):
+                storage.rmtree(f"{self.table_dir}/{where}")
 
     def _conforms(self, data_file) -> bool:
         """Whether a written file's columns have exactly the table's types (what its readers take them as)."""

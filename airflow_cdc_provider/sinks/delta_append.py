@@ -1,5 +1,6 @@
 """A snapshot window appended to its Delta table: data files the executors wrote, committed by the driver as one
-delta-rs commit of their add actions (no MERGE, no row through the driver).
+delta-rs commit of their add actions (no MERGE, no row through the driver), or of those and the remove actions
+of the table's files they replace.
 
 An append writes each key it holds without looking at the table, so it is correct only when the table holds no
 row, live or tombstone, of any key of the window, and nothing can commit one between that check and the append.
@@ -14,12 +15,15 @@ after it must not pass it over either: the append's commit says it is no blind a
 read), so the conflict check of a MERGE that read the window's range (the stream's) fails it, and the MERGE runs
 again on the table with the window in it, under the version guard.
 
-What stays a MERGE (``DeltaSink``): windows with retried chunks (an earlier attempt may have written some of
-their keys, and its rows the new one lacks must become tombstones), tables a TRUNCATE or DROP emptied (the
-insert guard), and every window whose key range a file of the table may overlap: in practice every window of a
-re-snapshot (the earlier epoch's files span the table's keys, and the stream running beside it commits into
-them), and every window of a table without an integer key column once the table has a file. A re-snapshot's
-window over keys no file covers may append: nothing of the table, and nothing committed meanwhile, holds them.
+A window whose key range files of the table may overlap (a re-snapshot's: the earlier epoch's files span the
+table's keys) replaces them instead (``replace_files``): one commit removes those files and adds the window's,
+with the rows of the removed files whose keys the window lacks carried over unchanged, when no row of theirs
+that the window holds the key of is newer than the window's. What stays a MERGE (``DeltaSink``): windows with
+retried chunks (an earlier attempt may have written some of their keys, and its rows the new one lacks must
+become tombstones), tables a TRUNCATE or DROP emptied (the insert guard), a window holding a key the stream
+wrote after the window began, and every window of a table without an integer key column once the table has a
+file. A re-snapshot's window over keys no file covers appends: nothing of the table, and nothing committed
+meanwhile, holds them.
 
 The files are the table's own: its columns in its order and types (``conform``), and statistics in the forms
 delta-rs writes (``_stat_value``), which its readers prune files by and the next windows' checks read.
@@ -47,7 +51,7 @@ WRITE_KEY = "airflow_cdc.write"  # commit metadata: how a snapshot window was wr
 FILE_RECORD_DDL = "path string, size bigint, modification_time bigint, stats string"
 APPEND_RETRIES = 20
 
-Outcome = Literal["appended", "committed before", "may overlap", "contended"]
+Outcome = Literal["appended", "replaced", "committed before", "may overlap", "refused", "newer rows", "contended"]
 
 
 @dataclass(frozen=True)
@@ -335,33 +339,45 @@ def window_ranges(files: list[DataFile], key_columns: list[str], schema) -> dict
     return out
 
 
-def may_overlap(dt, ranges: dict[str, tuple[int, int]]) -> bool:
-    """Whether a file of ``dt`` may hold a key in ``ranges``: unless the table has no file, each file must lie
-    outside the range of some integer key column by its statistics (keys are NOT NULL, so a key of the window
-    equals no key of such a file)."""
+@dataclass(frozen=True)
+class TableFile:
+    """A data file the table holds, as a remove action names it."""
+
+    path: str  # relative to the table's directory, as its add action states it
+    size: int
+
+
+def overlapping_files(dt, ranges: dict[str, tuple[int, int]]) -> list[TableFile]:
+    """The files of ``dt`` that may hold a key in ``ranges``: all but those lying outside the range of some
+    integer key column by their statistics (keys are NOT NULL, so a key of the window equals no key of such a
+    file). Without ranges or statistics, every file."""
     import pyarrow as pa
 
     actions = pa.table(dt.get_add_actions(flatten=False))
-    if not actions.num_rows:
-        return False
+    files = [TableFile(p, s) for p, s in zip(actions.column("path").to_pylist(),
+                                             actions.column("size_bytes").to_pylist(), strict=True)]
     if not ranges or "min" not in actions.column_names or "max" not in actions.column_names:
-        return True
-    for low, high in zip(actions.column("min").to_pylist(), actions.column("max").to_pylist(), strict=True):
-        disjoint = False
-        for column, (lo, hi) in ranges.items():
-            f_lo, f_hi = (low or {}).get(column), (high or {}).get(column)
-            if f_lo is not None and f_hi is not None and (f_hi < lo or f_lo > hi):
-                disjoint = True
-                break
-        if not disjoint:
-            return True
-    return False
+        return files
+    out = []
+    for f, low, high in zip(files, actions.column("min").to_pylist(), actions.column("max").to_pylist(), strict=True):
+        if not any((low or {}).get(c) is not None and (high or {}).get(c) is not None
+                   and ((high or {})[c] < lo or (low or {})[c] > hi) for c, (lo, hi) in ranges.items()):
+            out.append(f)
+    return out
 
 
-def append_files(open_table: Callable[[], Any], files: list[DataFile], ranges: dict[str, tuple[int, int]],
-                 app: tuple[str, int] | None, what: str, refuse: Callable[[Any], bool]) -> Outcome:
-    """Commit ``files`` as one append carrying ``app`` (if any), on exactly the table version checked (see the
-    module's docstring); ``refuse(dt)``: another reason the append would be wrong on that version."""
+def may_overlap(dt, ranges: dict[str, tuple[int, int]]) -> bool:
+    """Whether a file of ``dt`` may hold a key in ``ranges`` (``overlapping_files``)."""
+    return bool(overlapping_files(dt, ranges))
+
+
+def _commit_checked(open_table: Callable[[], Any], app: tuple[str, int] | None, what: str,
+                    how: Literal["append", "replace"], refuse: Callable[[Any], bool],
+                    actions_for: Callable[[Any], list | Outcome]) -> Outcome:
+    """One commit of the file actions ``actions_for(dt)`` gives for the table version ``dt`` read (or, instead,
+    the outcome it names), carrying ``app`` (if any), on exactly that version (see the module's docstring): a
+    commit after it makes the next attempt read the new version. ``refuse(dt)``: another reason the commit would
+    be wrong on that version."""
     from deltalake.transaction import CommitProperties, Transaction
 
     from airflow_cdc_provider.sinks.delta import is_conflict
@@ -371,21 +387,60 @@ def append_files(open_table: Callable[[], Any], files: list[DataFile], ranges: d
         done = dt.transaction_version(app[0]) if app is not None else None
         if done is not None and done >= app[1]:
             return "committed before"
-        if refuse(dt) or may_overlap(dt, ranges):
-            return "may overlap"
-        props = CommitProperties(custom_metadata={"airflow_cdc": what, WRITE_KEY: "append", "isBlindAppend": False},
+        if refuse(dt):
+            return "refused"
+        actions = actions_for(dt)
+        if isinstance(actions, str):
+            return actions
+        props = CommitProperties(custom_metadata={"airflow_cdc": what, WRITE_KEY: how, "isBlindAppend": False},
                                  max_commit_retries=0,
                                  app_transactions=[Transaction(app[0], app[1])] if app is not None else None)
         try:
-            dt.create_write_transaction([f.add_action() for f in files], "append", dt.schema(),
-                                        commit_properties=props)
-            return "appended"
+            dt.create_write_transaction(actions, "append", dt.schema(), commit_properties=props)
+            return "appended" if how == "append" else "replaced"
         except Exception as exc:
             if not is_conflict(exc):
                 raise
-            log.info("%s: a commit landed after version %d; checking the append again", what, dt.version())
+            log.info("%s: a commit landed after version %d; checking the %s again", what, dt.version(), how)
             time.sleep(min(5.0, 0.2 * (n + 1)))
     return "contended"
+
+
+def append_files(open_table: Callable[[], Any], files: list[DataFile], ranges: dict[str, tuple[int, int]],
+                 app: tuple[str, int] | None, what: str, refuse: Callable[[Any], bool]) -> Outcome:
+    """Commit ``files`` as one append carrying ``app`` (if any), on exactly the table version checked, if no file
+    of that version may hold a key in ``ranges``; ``refuse(dt)``: another reason the append would be wrong."""
+    def actions_for(dt) -> list | Outcome:
+        return "may overlap" if may_overlap(dt, ranges) else [f.add_action() for f in files]
+
+    return _commit_checked(open_table, app, what, "append", refuse, actions_for)
+
+
+def replace_files(open_table: Callable[[], Any], files: list[DataFile], ranges: dict[str, tuple[int, int]],
+                  app: tuple[str, int] | None, what: str, refuse: Callable[[Any], bool],
+                  carry: Callable[[list[TableFile]], list[DataFile] | None]) -> Outcome:
+    """Commit ``files`` in place of every file of the table that may hold a key in ``ranges`` (``taken``), as one
+    commit of their remove and add actions carrying ``app``, on exactly the version read (as ``append_files``).
+    ``carry(taken)`` returns data files holding the rows of ``taken`` whose keys ``files`` lack, unchanged (added
+    in the same commit), or None when a row of ``taken`` that ``files`` would replace is newer than theirs: then
+    a MERGE must decide row by row. Carried files are written again only when ``taken`` changed."""
+    from deltalake.transaction import RemoveAction
+
+    carried: tuple[frozenset[str], list[DataFile]] | None = None
+
+    def actions_for(dt) -> list | Outcome:
+        nonlocal carried
+        taken = overlapping_files(dt, ranges)
+        if carried is None or carried[0] != frozenset(f.path for f in taken):
+            kept = carry(taken)
+            if kept is None:
+                return "newer rows"
+            carried = (frozenset(f.path for f in taken), kept)
+        now = int(time.time() * 1000)
+        return ([RemoveAction(f.path, True, now, f.size) for f in taken]
+                + [f.add_action() for f in files + carried[1]])
+
+    return _commit_checked(open_table, app, what, "replace", refuse, actions_for)
 
 
 def delete_unreferenced(storage: Storage, table_dir: str, dt, files: list[DataFile]) -> None:

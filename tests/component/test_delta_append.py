@@ -28,6 +28,7 @@ from deltalake.transaction import CommitProperties
 
 from airflow_cdc_provider.sinks.delta import is_conflict, older_than
 from airflow_cdc_provider.sinks.delta_append import (
+    WRITE_KEY,
     append_files,
     delete_unreferenced,
     stats_columns,
@@ -478,3 +479,71 @@ def test_a_window_s_files_merge_in_pieces_of_neighbouring_key_ranges():
     unbounded = data_file("e", None, None, 5)
     assert merge_pieces(files + [unbounded], "id") == [(files + [unbounded], None)]
     assert merge_pieces(files, None) == [(files, None)]
+
+
+def test_a_replacement_takes_the_place_of_the_files_that_may_hold_its_keys_in_one_commit(tmp_path):
+    """``replace_files``: one commit removes the files whose statistics may overlap the window's keys and adds the
+    window's, with what ``carry`` kept of the removed rows; a reader that read the table before conflicts; a
+    newer commit makes it check again (carrying again only if the files to replace changed); a replay or a
+    refused carry commits nothing."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from airflow_cdc_provider.sinks.delta_append import replace_files
+
+    uri, schema = kv_table(tmp_path)
+    for r in (range(10), range(10, 20), range(100, 110)):  # the earlier epoch's windows
+        files = window_files(tmp_path, "t", schema, kv_rows(r, "old"))
+        assert append(tmp_path, "t", schema, files, (f"e1 {r.start}", 1)) == "appended"
+    def window_of(v: str) -> list:  # a window's files: keys 0-14, key 3 deleted since the earlier epoch
+        return window_files(tmp_path, "t", schema, kv_rows([k for k in range(15) if k != 3], v))
+
+    ranges = window_ranges(window_of("new"), ["id"], schema)
+    mine = pa.array(sorted(k for k in range(15) if k != 3), pa.int64())
+    taken_seen: list[list[str]] = []
+
+    def carry(taken):
+        taken_seen.append(sorted(f.path for f in taken))
+        rows = pa.concat_tables(pq.read_table(f"{uri}/{f.path}").cast(schema) for f in taken)
+        kept = rows.filter(pc.invert(pc.is_in(rows.column("id"), value_set=mine)))
+        return [write_data_file(str(tmp_path), "t", schema, stats_columns(DeltaTable(uri)), kept.to_batches(),
+                                lambda b: b)]
+
+    def replace_window(open_table, app, carrying=carry, v="new"):
+        return replace_files(open_table, window_of(v), ranges, app, "re-snapshot", refuse=lambda d: False,
+                             carry=carrying)
+
+    before = DeltaTable(uri)
+    version = before.version()
+    assert replace_window(lambda: DeltaTable(uri), ("e2 0-14", 5)) == "replaced"
+    assert len(taken_seen) == 1 and len(taken_seen[0]) == 2, f"not the two files of keys 0-19: {taken_seen}"
+    table = DeltaTable(uri)
+    assert table.version() == version + 1
+    assert table.history(1)[0][WRITE_KEY] == "replace" and table.transaction_version("e2 0-14") == 5
+    rows = {r["id"]: r["v"] for r in table.to_pyarrow_table().to_pylist()}
+    want = {**{k: "old" for k in (3, *range(15, 20), *range(100, 110))}, **{k: "new" for k in range(15) if k != 3}}
+    assert rows == want, "a key lost, doubled or not replaced"
+    with pytest.raises(CommitFailedError):  # a MERGE of a replaced key, read before: would write a removed file
+        merge_one(before, 5, schema)
+    assert replace_window(lambda: DeltaTable(uri), ("e2 0-14", 5)) == "committed before"
+    assert DeltaTable(uri).version() == version + 1
+
+    # checked on a stale version: after a commit outside the window's range the same files are replaced, without
+    # carrying again; after one inside it (a file of the range rewritten), the carry runs on the new files
+    for key, carries in ((105, 1), (7, 2)):
+        taken_seen.clear()
+        stale = DeltaTable(uri)
+        merge_one(DeltaTable(uri), key, schema)
+        want[key] = "merged"
+        handles = iter([stale])
+        app = (f"again {carries}", 1)
+        assert replace_window(lambda handles=handles: next(handles, None) or DeltaTable(uri), app,
+                              v=f"new {carries}") == "replaced"
+        assert len(taken_seen) == carries, taken_seen
+        rows = {r["id"]: r["v"] for r in DeltaTable(uri).to_pyarrow_table().to_pylist()}
+        assert DeltaTable(uri).to_pyarrow_table().num_rows == len(want), "a key doubled"
+        assert rows == {**want, **{k: f"new {carries}" for k in range(15) if k != 3}}, "a key lost or not replaced"
+
+    version = DeltaTable(uri).version()
+    assert replace_window(lambda: DeltaTable(uri), ("refused", 1), carrying=lambda taken: None) == "newer rows"
+    assert DeltaTable(uri).version() == version

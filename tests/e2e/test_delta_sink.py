@@ -10,15 +10,26 @@ twice for one app id (a replayed batch is skipped, never committed again).
 from __future__ import annotations
 
 import json
+import threading
 from functools import partial
 from pathlib import Path
 
 import deltalake
 
 from airflow_cdc_provider.pipeline.table_schemas import pending_resyncs
+from airflow_cdc_provider.sinks.delta_append import WRITE_KEY
 from airflow_cdc_provider.state.store import table_dir_name
 
-from .cdc_helpers import BackgroundWriter, Pipeline, delta_sink, normalize, sink_rows, source_rows, table_types
+from .cdc_helpers import (
+    BackgroundWriter,
+    Pipeline,
+    delta_sink,
+    normalize,
+    sink_rows,
+    source_rows,
+    table_types,
+    wait_until,
+)
 
 
 def table_uri(p: Pipeline, source_db, table: str) -> str:
@@ -83,9 +94,9 @@ def filters_find_every_value(uri: str) -> None:
 
 
 def window_commits(uri: str) -> list[tuple[str, str]]:
-    """(what, operation) of the snapshot windows' commits, oldest first: WRITE for an append of data files,
-    MERGE otherwise."""
-    return [(c["airflow_cdc"], c["operation"]) for c in reversed(deltalake.DeltaTable(uri).history())
+    """(what, how) of the snapshot windows' commits, oldest first: "append" for data files appended, "replace"
+    for data files in place of the table's that may hold their keys, "MERGE" otherwise."""
+    return [(c["airflow_cdc"], c.get(WRITE_KEY) or c["operation"]) for c in reversed(deltalake.DeltaTable(uri).history())
             if str(c.get("airflow_cdc", "")).startswith("snapshot epoch") and "chunks" in c["airflow_cdc"]
             and "binlog window" not in c["airflow_cdc"]]
 
@@ -142,12 +153,12 @@ def test_late_replayed_and_emptied_writes_converge_without_spark(tmp_path):
 
     uri = sink.layout.table_uri("db.t")
     window([(i, f"n{i}") for i in range(20)], 1, [0, 1], 100, 200)  # a fresh table: appended, no MERGE
-    assert window_commits(uri) == [("snapshot epoch 1 chunks 0-1", "WRITE")]
+    assert window_commits(uri) == [("snapshot epoch 1 chunks 0-1", "append")]
     files, version = sorted(Path(uri).glob("*.parquet")), deltalake.DeltaTable(uri).version()
     window([(i, f"n{i}") for i in range(20)], 1, [0, 1], 100, 200)  # replayed: nothing written
     assert sorted(Path(uri).glob("*.parquet")) == files and deltalake.DeltaTable(uri).version() == version
     window([(i, f"w{i}") for i in range(20, 30)], 1, [2], 120, 210)  # disjoint from the table's files: appended
-    assert window_commits(uri)[-1] == ("snapshot epoch 1 chunks 2-2", "WRITE")
+    assert window_commits(uri)[-1] == ("snapshot epoch 1 chunks 2-2", "append")
     filters_find_every_value(uri)
     window([(i, f"x{i}") for i in range(25, 40)], 1, [3], 130, 220)  # overlaps the last window's file: MERGE
     assert window_commits(uri)[-1] == ("snapshot epoch 1 chunks 3-3", "MERGE")
@@ -261,7 +272,7 @@ def test_written_windows_state_the_statistics_of_their_rows(source_db, tmp_path)
     want = assert_delta_equals_source(p, source_db, "wide")
     assert len(want) == 101
     uri = table_uri(p, source_db, "wide")
-    assert [op for _, op in window_commits(uri)] == ["WRITE", "WRITE"]
+    assert [op for _, op in window_commits(uri)] == ["append", "append"]
     dt = deltalake.DeltaTable(uri)
     schema, columns = pa.schema(dt.schema().to_arrow()), stats_columns(dt)
     assert "id" in columns and "u" not in columns  # BIGINT UNSIGNED: left out of statistics
@@ -324,7 +335,7 @@ def test_snapshot_stream_kill_and_resnapshot_converge(source_db, tmp_path, spark
         "no chunk window saw a change: the test lost its point"
     uri = table_uri(p, source_db, "orders")
     initial = window_commits(uri)
-    assert initial and all(op == "WRITE" for _, op in initial), f"the initial snapshot was not appended: {initial}"
+    assert initial and all(op == "append" for _, op in initial), f"the initial snapshot was not appended: {initial}"
 
     # the stream catches up in several batches; it is killed after batch 1 is in the Delta table and before Spark
     # committed the batch, so the restart runs batch 1 again, which must find it committed and skip it
@@ -349,11 +360,37 @@ def test_snapshot_stream_kill_and_resnapshot_converge(source_db, tmp_path, spark
     source_db.execute("DELETE FROM orders WHERE id BETWEEN 100 AND 140")
     source_db.execute("UPDATE orders SET note = 'resnap' WHERE id BETWEEN 200 AND 260")
     q = Pipeline(source_db, tmp_path, delta_sink(tmp_path), ["orders"], chunk_size=1_000)
-    q.snapshot(q.plan())
+    again = q.plan()
+    q.snapshot(again[:1])
+
+    last = source_db.execute("SELECT MAX(id) FROM orders")[0][0]  # in the second window's range
+
+    def stream_inside_the_window():  # a row of the window changed after its SELECT, written by the stream first
+        source_db.execute("UPDATE orders SET note = 'after the select' WHERE id = %s", (last,))
+        p.stream()
+
+    fault = {"point": "after_select", "action": "pause", "seconds": 300, "once": str(tmp_path / "paused"),
+             "until": str(tmp_path / "resume")}
+    job = threading.Thread(target=lambda: q.snapshot(again[1:], fault=fault), daemon=True)
+    job.start()
+    wait_until((tmp_path / "paused").exists, "the window to pause after its SELECT", 300)
+    try:
+        stream_inside_the_window()
+    finally:
+        (tmp_path / "resume").touch()
+    job.join(300)
+    assert not job.is_alive()
     q.collect()
     assert_delta_equals_source(p, source_db, "orders")
+    # the first window's data files took the place of the table's files that may hold its keys, in one commit
+    # (the deleted keys' rows carried over, then made tombstones by the finished epoch); the second window holds
+    # a key the stream wrote after the window's low watermark, which only a MERGE keeps
     resnapshot = window_commits(uri)[len(initial):]
-    assert resnapshot and all(op == "MERGE" for _, op in resnapshot), f"the re-snapshot did not MERGE: {resnapshot}"
+    assert [op for _, op in resnapshot] == ["replace", "MERGE"], resnapshot
+    held = deltalake.DeltaTable(uri).file_uris()
+    assert [f for f in held if f"/snapshot-{again[0].epoch}-0-0-" in f], held
+    p.stream()
+    assert_delta_equals_source(p, source_db, "orders")
 
     dt = deltalake.DeltaTable(table_uri(p, source_db, "orders"))
     assert dt.metadata().configuration.get("delta.enableChangeDataFeed") == "true"
@@ -373,7 +410,7 @@ def test_truncate_an_alter_in_place_and_one_by_resnapshot(source_db, tmp_path, s
     kinds = assert_delta_equals_source(p, db, "kinds")
     for name in ("t", "kinds"):  # appended: data files the executors wrote, read by delta-rs and by Spark
         commits = window_commits(table_uri(p, db, name))
-        assert commits and all(op == "WRITE" for _, op in commits), f"{name}: {commits}"
+        assert commits and all(op == "append" for _, op in commits), f"{name}: {commits}"
         filters_find_every_value(table_uri(p, db, name))
     # t's windows were written as data files by Spark; kinds has a DOUBLE, so its windows were staged and their
     # files rewritten by pyarrow (which bounds NaN as no footer does)
