@@ -1080,6 +1080,7 @@ class WrittenDeltaWindow:
         self.dir = f"snapshot-{epoch}-{min(indexes)}-{max(indexes)}-{uuid.uuid4().hex[:12]}"
         self.counts: dict[int, int] = {}
         self._carried_rows = 0  # rows of the table's files a replacement carried over unchanged
+        self._committed = False  # the window's files are in the table's log
         self._write(rows)
 
     def _write(self, rows) -> None:
@@ -1150,12 +1151,11 @@ class WrittenDeltaWindow:
         if files and not self._conforms(files[0]):
             outcome = "the files' types are not the table's"
         elif files:
-            outcome = append_files(lambda: sink.open_table(table), files, ranges, rows_app, what,
-                                   refuse=lambda d: EMPTIED_PROPERTY in d.metadata().configuration)
+            outcome = append_files(lambda: sink.open_table(table), files, ranges, rows_app, what, refuse=self._refuse)
         if outcome == "may overlap" and ranges:
             outcome = replace_files(lambda: sink.open_table(table), files, ranges, rows_app, what,
-                                    refuse=lambda d: EMPTIED_PROPERTY in d.metadata().configuration,
-                                    carry=partial(self._carry, files))
+                                    refuse=self._refuse, carry=partial(self._carry, files))
+        self._committed = outcome in ("appended", "replaced")
         if outcome == "appended":
             log.info("%s: %s: appended %d rows in %d data files written by the executors", table, what,
                      sum(self.counts.values()), len(files))
@@ -1168,10 +1168,17 @@ class WrittenDeltaWindow:
         elif files:
             log.info("%s: %s: MERGE (the append was refused: %s)", table, what, outcome)
             self._merge_files(files, rows_app, what)
-        if outcome not in ("appended", "replaced"):  # the files are no data files of the table
+        if not self._committed:  # the files are no data files of the table
             self.discard()
         self._apply_window_changes(changes, app, what, window_range)
         return []
+
+    def _refuse(self, dt) -> bool:
+        """Whether the window's files may not be committed as they are on the version ``dt``: a TRUNCATE or DROP
+        emptied the table (the MERGE's insert guard keeps older rows out), or its columns changed since the
+        window opened (the MERGE stops the job)."""
+        return EMPTIED_PROPERTY in dt.metadata().configuration or \
+            [(f.name, f.type) for f in self.sink._arrow_schema(dt)] != [(f.name, f.type) for f in self.schema]
 
     def _data_files(self, rel: str) -> list:
         """The Parquet files Spark wrote in ``rel`` under the table's directory, with their footers' statistics
@@ -1230,9 +1237,12 @@ class WrittenDeltaWindow:
         return kept
 
     def discard(self) -> None:
-        """The window's files, unless the table holds them (not appended, or the job failed after the read)."""
+        """The window's files, unless they were committed (not appended or replaced, or the job failed after the
+        read): once committed, a later commit may remove them, and older versions still name them."""
         from airflow_cdc_provider.sinks.delta_append import DataFile, delete_unreferenced
 
+        if self._committed:
+            return
         storage, table = self.sink.layout.storage, self.sink.open_table(self.table)
         for sub in ("carried", ""):  # the rows a replacement carries over, then the window's own
             where = f"{self.dir}/{sub}".rstrip("/")

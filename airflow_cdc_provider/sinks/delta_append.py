@@ -16,7 +16,7 @@ read), so the conflict check of a MERGE that read the window's range (the stream
 again on the table with the window in it, under the version guard.
 
 A window whose key range files of the table may overlap (a re-snapshot's: the earlier epoch's files span the
-table's keys) replaces them instead (``replace_files``): one commit removes those files and adds the window's,
+table's keys; a first snapshot's over files the stream or a compaction wrote) replaces them instead (``replace_files``): one commit removes those files and adds the window's,
 with the rows of the removed files whose keys the window lacks carried over unchanged, when no row of theirs
 that the window holds the key of is newer than the window's. What stays a MERGE (``DeltaSink``): windows with
 retried chunks (an earlier attempt may have written some of their keys, and its rows the new one lacks must
@@ -50,6 +50,7 @@ log = logging.getLogger("airflow_cdc.delta")
 WRITE_KEY = "airflow_cdc.write"  # commit metadata: how a snapshot window was written, "append" or "merge"
 FILE_RECORD_DDL = "path string, size bigint, modification_time bigint, stats string"
 APPEND_RETRIES = 20
+CARRIES = 3  # times a replacement reads the files it replaces again, when commits keep changing them
 
 Outcome = Literal["appended", "replaced", "committed before", "may overlap", "refused", "newer rows", "contended"]
 
@@ -371,22 +372,27 @@ def may_overlap(dt, ranges: dict[str, tuple[int, int]]) -> bool:
     return bool(overlapping_files(dt, ranges))
 
 
-def _commit_checked(open_table: Callable[[], Any], app: tuple[str, int] | None, what: str,
+def _commit_checked(open_table: Callable[[], Any], files: list[DataFile], app: tuple[str, int] | None, what: str,
                     how: Literal["append", "replace"], refuse: Callable[[Any], bool],
                     actions_for: Callable[[Any], list | Outcome]) -> Outcome:
-    """One commit of the file actions ``actions_for(dt)`` gives for the table version ``dt`` read (or, instead,
-    the outcome it names), carrying ``app`` (if any), on exactly that version (see the module's docstring): a
-    commit after it makes the next attempt read the new version. ``refuse(dt)``: another reason the commit would
-    be wrong on that version."""
+    """One commit adding ``files`` with the file actions ``actions_for(dt)`` gives for the table version ``dt``
+    read (or, instead, the outcome it names), carrying ``app`` (if any), on exactly that version (see the
+    module's docstring): a commit after it makes the next attempt read the new version. ``refuse(dt)``: another
+    reason the commit would be wrong on that version. A version already holding ``files`` is an attempt that
+    committed though it reported a conflict."""
+    import pyarrow as pa
     from deltalake.transaction import CommitProperties, Transaction
 
     from airflow_cdc_provider.sinks.delta import is_conflict
 
+    landed: Outcome = "appended" if how == "append" else "replaced"
     for n in range(APPEND_RETRIES):
         dt = open_table()
         done = dt.transaction_version(app[0]) if app is not None else None
         if done is not None and done >= app[1]:
             return "committed before"
+        if n and files and files[0].path in set(pa.table(dt.get_add_actions()).column("path").to_pylist()):
+            return landed
         if refuse(dt):
             return "refused"
         actions = actions_for(dt)
@@ -397,7 +403,7 @@ def _commit_checked(open_table: Callable[[], Any], app: tuple[str, int] | None, 
                                  app_transactions=[Transaction(app[0], app[1])] if app is not None else None)
         try:
             dt.create_write_transaction(actions, "append", dt.schema(), commit_properties=props)
-            return "appended" if how == "append" else "replaced"
+            return landed
         except Exception as exc:
             if not is_conflict(exc):
                 raise
@@ -413,7 +419,7 @@ def append_files(open_table: Callable[[], Any], files: list[DataFile], ranges: d
     def actions_for(dt) -> list | Outcome:
         return "may overlap" if may_overlap(dt, ranges) else [f.add_action() for f in files]
 
-    return _commit_checked(open_table, app, what, "append", refuse, actions_for)
+    return _commit_checked(open_table, files, app, what, "append", refuse, actions_for)
 
 
 def replace_files(open_table: Callable[[], Any], files: list[DataFile], ranges: dict[str, tuple[int, int]],
@@ -423,15 +429,20 @@ def replace_files(open_table: Callable[[], Any], files: list[DataFile], ranges: 
     commit of their remove and add actions carrying ``app``, on exactly the version read (as ``append_files``).
     ``carry(taken)`` returns data files holding the rows of ``taken`` whose keys ``files`` lack, unchanged (added
     in the same commit), or None when a row of ``taken`` that ``files`` would replace is newer than theirs: then
-    a MERGE must decide row by row. Carried files are written again only when ``taken`` changed."""
+    a MERGE must decide row by row. Carried files are written again only when ``taken`` changed, at most
+    ``CARRIES`` times (then "contended": commits keep landing in the window's range)."""
     from deltalake.transaction import RemoveAction
 
     carried: tuple[frozenset[str], list[DataFile]] | None = None
+    carries = 0
 
     def actions_for(dt) -> list | Outcome:
-        nonlocal carried
+        nonlocal carried, carries
         taken = overlapping_files(dt, ranges)
         if carried is None or carried[0] != frozenset(f.path for f in taken):
+            if carries == CARRIES:
+                return "contended"
+            carries += 1
             kept = carry(taken)
             if kept is None:
                 return "newer rows"
@@ -440,7 +451,7 @@ def replace_files(open_table: Callable[[], Any], files: list[DataFile], ranges: 
         return ([RemoveAction(f.path, True, now, f.size) for f in taken]
                 + [f.add_action() for f in files + carried[1]])
 
-    return _commit_checked(open_table, app, what, "replace", refuse, actions_for)
+    return _commit_checked(open_table, files, app, what, "replace", refuse, actions_for)
 
 
 def delete_unreferenced(storage: Storage, table_dir: str, dt, files: list[DataFile]) -> None:

@@ -28,6 +28,7 @@ from deltalake.transaction import CommitProperties
 
 from airflow_cdc_provider.sinks.delta import is_conflict, older_than
 from airflow_cdc_provider.sinks.delta_append import (
+    CARRIES,
     WRITE_KEY,
     append_files,
     delete_unreferenced,
@@ -547,3 +548,14 @@ def test_a_replacement_takes_the_place_of_the_files_that_may_hold_its_keys_in_on
     version = DeltaTable(uri).version()
     assert replace_window(lambda: DeltaTable(uri), ("refused", 1), carrying=lambda taken: None) == "newer rows"
     assert DeltaTable(uri).version() == version
+
+    # commits that keep rewriting files of the window's range: carried CARRIES times, then left to a MERGE
+    def moving():
+        stale = DeltaTable(uri)
+        merge_one(DeltaTable(uri), 9, schema)
+        return stale
+
+    taken_seen.clear()
+    assert replace_window(moving, ("moving", 1), v="moving") == "contended"
+    values = {r["v"] for r in DeltaTable(uri).to_pyarrow_table().to_pylist()}
+    assert len(taken_seen) == CARRIES and "moving" not in values
