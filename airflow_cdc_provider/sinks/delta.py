@@ -1062,10 +1062,10 @@ class WrittenDeltaWindow:
     files' footers for their statistics and commits them as one append carrying the window's application
     transaction, if no row of the table may share a key with them (``delta_append``); else in place of the
     table's files that may, with those files' other rows carried over by Spark (``_carry``), if none the window
-    would replace is newer than it; otherwise their rows are MERGEd and the files deleted. Then the binlog window goes on top as the stream would apply it: a TRUNCATE
-    in it makes every older row of the table a tombstone, and the last change of each key it touched is MERGEd
-    under that change's own position. Between the commits
-    readers see the window as read; a kill between them leaves the window unreported, and its retry
+    would replace is newer than it; otherwise their rows are MERGEd and the files deleted. Then the binlog
+    window goes on top as the stream would apply it: a TRUNCATE in it makes every older row of the table a
+    tombstone, and the last change of each key it touched is MERGEd under that change's own position. Between
+    the commits readers see the window as read; a kill between them leaves the window unreported, and its retry
     (``StagedDeltaWindow``) rewrites it. The files sit in a directory of their own under the table's
     (``snapshot-<epoch>-<first>-<last>-<id>/``)."""
 

@@ -16,9 +16,10 @@ read), so the conflict check of a MERGE that read the window's range (the stream
 again on the table with the window in it, under the version guard.
 
 A window whose key range files of the table may overlap (a re-snapshot's: the earlier epoch's files span the
-table's keys; a first snapshot's over files the stream or a compaction wrote) replaces them instead (``replace_files``): one commit removes those files and adds the window's,
-with the rows of the removed files whose keys the window lacks carried over unchanged, when no row of theirs
-that the window holds the key of is newer than the window's. What stays a MERGE (``DeltaSink``): windows with
+table's keys; a first snapshot's over files the stream or a compaction wrote) replaces them instead
+(``replace_files``): one commit removes those files and adds the window's, with the rows of the removed files
+whose keys the window lacks carried over unchanged, when no row of theirs that the window holds the key of is
+newer than the window's. What stays a MERGE (``DeltaSink``): windows with
 retried chunks (an earlier attempt may have written some of their keys, and its rows the new one lacks must
 become tombstones), tables a TRUNCATE or DROP emptied (the insert guard), a window holding a key the stream
 wrote after the window began, and every window of a table without an integer key column once the table has a
@@ -47,7 +48,7 @@ from airflow_cdc_provider.state.storage import Storage
 
 log = logging.getLogger("airflow_cdc.delta")
 
-WRITE_KEY = "airflow_cdc.write"  # commit metadata: how a snapshot window was written, "append" or "merge"
+WRITE_KEY = "airflow_cdc.write"  # commit metadata: how a snapshot window's files went in, "append" or "replace"
 FILE_RECORD_DDL = "path string, size bigint, modification_time bigint, stats string"
 APPEND_RETRIES = 20
 CARRIES = 3  # times a replacement reads the files it replaces again, when commits keep changing them
@@ -359,12 +360,20 @@ def overlapping_files(dt, ranges: dict[str, tuple[int, int]]) -> list[TableFile]
                                              actions.column("size_bytes").to_pylist(), strict=True)]
     if not ranges or "min" not in actions.column_names or "max" not in actions.column_names:
         return files
-    out = []
-    for f, low, high in zip(files, actions.column("min").to_pylist(), actions.column("max").to_pylist(), strict=True):
-        if not any((low or {}).get(c) is not None and (high or {}).get(c) is not None
-                   and ((high or {})[c] < lo or (low or {})[c] > hi) for c, (lo, hi) in ranges.items()):
-            out.append(f)
-    return out
+
+    def disjoint(low: dict, high: dict) -> bool:
+        return any(low.get(c) is not None and high.get(c) is not None and (high[c] < lo or low[c] > hi)
+                   for c, (lo, hi) in ranges.items())
+
+    return [f for f, low, high in zip(files, actions.column("min").to_pylist(), actions.column("max").to_pylist(),
+                                      strict=True) if not disjoint(low or {}, high or {})]
+
+
+def held_paths(dt) -> set[str]:
+    """The paths (relative to the table's directory) of the data files version ``dt`` holds."""
+    import pyarrow as pa
+
+    return set(pa.table(dt.get_add_actions()).column("path").to_pylist())
 
 
 def may_overlap(dt, ranges: dict[str, tuple[int, int]]) -> bool:
@@ -380,7 +389,6 @@ def _commit_checked(open_table: Callable[[], Any], files: list[DataFile], app: t
     module's docstring): a commit after it makes the next attempt read the new version. ``refuse(dt)``: another
     reason the commit would be wrong on that version. A version already holding ``files`` is an attempt that
     committed though it reported a conflict."""
-    import pyarrow as pa
     from deltalake.transaction import CommitProperties, Transaction
 
     from airflow_cdc_provider.sinks.delta import is_conflict
@@ -391,7 +399,7 @@ def _commit_checked(open_table: Callable[[], Any], files: list[DataFile], app: t
         done = dt.transaction_version(app[0]) if app is not None else None
         if done is not None and done >= app[1]:
             return "committed before"
-        if n and files and files[0].path in set(pa.table(dt.get_add_actions()).column("path").to_pylist()):
+        if n and files and files[0].path in held_paths(dt):
             return landed
         if refuse(dt):
             return "refused"
@@ -456,9 +464,7 @@ def replace_files(open_table: Callable[[], Any], files: list[DataFile], ranges: 
 
 def delete_unreferenced(storage: Storage, table_dir: str, dt, files: list[DataFile]) -> None:
     """Delete the files of an append that did not commit (never one the table references)."""
-    import pyarrow as pa
-
-    referenced = set(pa.table(dt.get_add_actions()).column("path").to_pylist()) if dt is not None else set()
+    referenced = held_paths(dt) if dt is not None else set()
     for f in files:
         if f.path not in referenced:
             storage.delete(f"{table_dir}/{f.path}")

@@ -152,6 +152,24 @@ def wait_until(condition, what: str, timeout: float = 120.0, interval: float = 0
         time.sleep(interval)
 
 
+def paused_snapshot(p: Pipeline, chunks, marker: Path, commit, hold: bool = False) -> None:
+    """Snapshot ``chunks`` in one job whose window pauses after its SELECT; ``commit()`` runs inside the pause:
+    8 s of it, or with ``hold`` until ``commit()`` returns (for a commit that runs a job of its own)."""
+    release = marker.with_name(marker.name + ".release")
+    fault = {"point": "after_select", "action": "pause", "seconds": 300 if hold else 8, "once": str(marker)}
+    if hold:
+        fault["until"] = str(release)
+    job = threading.Thread(target=lambda: p.snapshot(chunks, fault=fault), daemon=True)
+    job.start()
+    wait_until(marker.exists, "the window to pause after its SELECT", 300)
+    try:
+        commit()
+    finally:
+        release.touch()
+    job.join(300)
+    assert not job.is_alive()
+
+
 def normalize(v: Any) -> Any:
     if isinstance(v, (bytearray, memoryview)):
         return bytes(v)

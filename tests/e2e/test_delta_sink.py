@@ -10,7 +10,6 @@ twice for one app id (a replayed batch is skipped, never committed again).
 from __future__ import annotations
 
 import json
-import threading
 from functools import partial
 from pathlib import Path
 
@@ -25,10 +24,10 @@ from .cdc_helpers import (
     Pipeline,
     delta_sink,
     normalize,
+    paused_snapshot,
     sink_rows,
     source_rows,
     table_types,
-    wait_until,
 )
 
 
@@ -369,17 +368,7 @@ def test_snapshot_stream_kill_and_resnapshot_converge(source_db, tmp_path, spark
         source_db.execute("UPDATE orders SET note = 'after the select' WHERE id = %s", (last,))
         p.stream()
 
-    fault = {"point": "after_select", "action": "pause", "seconds": 300, "once": str(tmp_path / "paused"),
-             "until": str(tmp_path / "resume")}
-    job = threading.Thread(target=lambda: q.snapshot(again[1:], fault=fault), daemon=True)
-    job.start()
-    wait_until((tmp_path / "paused").exists, "the window to pause after its SELECT", 300)
-    try:
-        stream_inside_the_window()
-    finally:
-        (tmp_path / "resume").touch()
-    job.join(300)
-    assert not job.is_alive()
+    paused_snapshot(q, again[1:], tmp_path / "paused", stream_inside_the_window, hold=True)
     q.collect()
     assert_delta_equals_source(p, source_db, "orders")
     # the first window's data files took the place of the table's files that may hold its keys, in one commit

@@ -9,7 +9,6 @@ re-snapshot (jdbc and delta) the sink holds every key already, from the old epoc
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import deltalake
@@ -17,24 +16,13 @@ import pytest
 
 from airflow_cdc_provider.state.store import table_dir_name
 
-from .cdc_helpers import Pipeline, delta_sink, jdbc_sink, sink_rows, source_rows, table_types, wait_until
+from .cdc_helpers import Pipeline, delta_sink, jdbc_sink, paused_snapshot, sink_rows, source_rows, table_types
 
 
 def make_tables(db, names, rows: int) -> None:
     for t in names:
         db.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT NOT NULL, note VARCHAR(20))")
         db.execute(f"INSERT INTO {t} SELECT seq, seq, 'init' FROM seq_1_to_{rows}")
-
-
-def paused_snapshot(p: Pipeline, chunks, marker, commit) -> None:
-    """Snapshot ``chunks`` in one job whose window pauses after its SELECT; ``commit()`` runs inside the pause."""
-    fault = {"point": "after_select", "action": "pause", "seconds": 8, "once": str(marker)}
-    job = threading.Thread(target=lambda: p.snapshot(chunks, fault=fault), daemon=True)
-    job.start()
-    wait_until(marker.exists, "the window to pause after its SELECT", 300)
-    commit()
-    job.join(300)
-    assert not job.is_alive()
 
 
 @pytest.mark.parametrize("sink_type", ["jdbc", "delta"])
