@@ -6,6 +6,7 @@
                         [--only snapshot,tables,catchup,latency,memory] [--sinks parquet,jdbc,delta]
                         [--only chameleon --chameleon-rows 1000000]   (pg_chameleon side by side: bench/chameleon.py)
                         [--only alters --alter-changes 100000 --alter-every 10000]   (ALTERs: bench/alters.py)
+                        [--only resnapshot --resnapshot-rows 1000000]   (a re-snapshot into the delta sink)
 
 Everything runs on this machine: a private MariaDB (binlog ROW/FULL) with sysbench tables, a private
 PostgreSQL for the JDBC sink, Airflow (SQLite) running the real generated DAG with ``dag.test()``, and Spark
@@ -46,7 +47,12 @@ PostgreSQL for the JDBC sink, Airflow (SQLite) running the real generated DAG wi
   with an ALTER TABLE the stream applies in place every ``--alter-every`` row changes vs the same number of
   changes with no DDL, on one table, parquet and jdbc sinks; where the ALTERs' time goes (failed batch
   attempts, query restarts, the written batch), the state store's records and each sink against MariaDB at the
-  end (``bench/alters.py``).
+  end (``bench/alters.py``);
+* resnapshot (``--only resnapshot``, not in the default set: ~6 minutes at 1M rows): a re-snapshot of a table the
+  sink holds, 1 row in 100 deleted since its first snapshot, into the delta sink (its windows replace the table's
+  files) vs that table's first snapshot, vs the parquet sink's re-snapshot, and vs the delta sink's re-snapshot of
+  the same rows keyed by a BIGINT UNSIGNED (no statistics of the key: its windows are staged and MERGEd); each
+  sink then equals MariaDB row by row.
 
 Our spark-submits map the JVM class archives of their jobs (``airflow_cdc_provider.spark.launch.class_archive``), which
 the first job of each kind on a machine dumps. The bench keeps them in its work directory and dumps them
@@ -87,7 +93,7 @@ from airflow_cdc_provider.source.settings import ConnectionSettings  # noqa: E40
 from airflow_cdc_provider.spark.launch.class_archive import ARCHIVE_DIR_ENV  # noqa: E402
 from airflow_cdc_provider.spark.launch.python_launcher import python_launcher  # noqa: E402
 from airflow_cdc_provider.spark.session import DRIVER_CONF, default_jars  # noqa: E402
-from airflow_cdc_provider.state.store import StateStore  # noqa: E402
+from airflow_cdc_provider.state.store import StateStore, table_dir_name  # noqa: E402
 from airflow_cdc_provider.testing.airflow_run import (  # noqa: E402
     BackgroundDagRun,
     airflow_env,
@@ -250,12 +256,13 @@ class Bench:
                      + (f"snapshot: {json.dumps(snapshot)}\n" if snapshot else ""))
         return p
 
-    def run(self, dag_id: str, preload: bool = False) -> dict:
-        """``dag.test()`` of ``dag_id`` in a new process; ``preload``: one with the Spark Connect worker preload."""
+    def run(self, dag_id: str, preload: bool = False, conf: dict | None = None) -> dict:
+        """``dag.test()`` of ``dag_id`` in a new process (``conf``: its run's); ``preload``: one with the Spark
+        Connect worker preload."""
         env = self.env
         if preload:  # its airflow_local_settings.py on the process's sys.path
             env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [self.preload_dir, env.get("PYTHONPATH")]))}
-        res = run_dag(env, self.work / "dags", dag_id, timeout=7200, log_file=self.work / f"{dag_id}.log")
+        res = run_dag(env, self.work / "dags", dag_id, conf=conf, timeout=7200, log_file=self.work / f"{dag_id}.log")
         if res["state"] != "success":
             raise RuntimeError(f"DAG {dag_id} failed; see {self.work / f'{dag_id}.log'}")
         return res
@@ -323,11 +330,12 @@ class Bench:
         subprocess.run(cmd, env=spark_env(env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
         return time.monotonic() - t
 
-    def snapshot_dag(self, dag_id: str, preload: bool = False) -> tuple[float, float, float, float, int, int]:
-        """Run a snapshot DAG: (snapshot phase, chunk task time, their Spark applications' time, their
-        watermark-window work, tasks, chunks). A chunk task logs how long its spark-submit (or its Spark
-        Connect session) ran."""
-        res = self.run(dag_id, preload)
+    def snapshot_dag(self, dag_id: str, preload: bool = False,
+                     conf: dict | None = None) -> tuple[float, float, float, float, int, int]:
+        """Run a snapshot DAG (``conf``: its run's, e.g. a re-snapshot's): (snapshot phase, chunk task time, their
+        Spark applications' time, their watermark-window work, tasks, chunks). A chunk task logs how long its
+        spark-submit (or its Spark Connect session) ran."""
+        res = self.run(dag_id, preload, conf)
         tasks = [t for t in res["tis"] if t["task_id"] == "snapshot_chunk"]
         reports = [r for k, v in res["xcom"].items() if k.startswith("snapshot_chunk[") for r in v]
         windows = {(r["table"], r["low_watermark"]["pos"], r["seconds"]) for r in reports}
@@ -466,6 +474,55 @@ class Bench:
                          f"over window work {each_work:.1f} s) vs the plain reload", f"{each:.1f} s", f"{t_plain:.1f} s",
                          f"{each / t_plain:.2f}x time", "(reference)")
 
+    def resnapshot(self, rows: int, deleted_every: int = 100) -> None:
+        """A re-snapshot of a table the sink holds (``resnapshot`` in the run's conf), every ``deleted_every``-th
+        row deleted since the first snapshot: the delta sink's windows replace the table's files in one commit
+        each, the deleted rows carried over (``WrittenDeltaWindow``), against the same table's first snapshot,
+        against the parquet sink's re-snapshot (a new epoch's files beside the old), and against the delta
+        sink's re-snapshot of the same rows keyed by a BIGINT UNSIGNED, a key no file states statistics of,
+        whose windows are staged and MERGEd by delta-rs on the driver."""
+        db = f"resnap{rows}"
+        print(f"\n== re-snapshot {rows} rows", flush=True)
+        self.prepare(db, rows)
+        with contextlib.closing(self.db.app_connection(db)) as c, c.cursor() as cur:
+            cur.execute("CREATE TABLE sbtest_u LIKE sbtest1")
+            cur.execute("ALTER TABLE sbtest_u MODIFY id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT")
+            cur.execute("INSERT INTO sbtest_u SELECT * FROM sbtest1")
+            c.commit()
+        runs: dict[str, tuple[tuple, tuple, dict[str, int]]] = {}
+        for residue, (how, sink, table) in enumerate((("parquet", "parquet", "sbtest1"), ("delta", "delta", "sbtest1"),
+                                                      ("delta, BIGINT UNSIGNED key", "delta", "sbtest_u"))):
+            dag_id = f"{db}_{sink}_{table}"
+            self.pipeline(dag_id, [f"{db}.{table}"], sink=sink)
+            first = self.snapshot_dag(dag_id)
+            with contextlib.closing(self.db.app_connection(db)) as c, c.cursor() as cur:
+                cur.execute(f"DELETE FROM {table} WHERE id % {deleted_every} = {residue}")  # rows no run deleted
+                c.commit()
+            again = self.snapshot_dag(dag_id, conf={"resnapshot": [f"{db}.{table}"]})
+            log = (self.work / f"{dag_id}.log").read_text()
+            paths = {"replaced": len(re.findall(r"replaced the table's files that may hold their keys", log)),
+                     "appended": len(re.findall(r": appended \d+ rows", log)),
+                     "MERGE": len(re.findall(r": MERGE \(", log)),
+                     "staged": len(re.findall(r"chunks \d+-\d+ staged \(", log))}
+            runs[how] = (first, again, paths)
+            self.check_equal(db, table, dag_id, sink)
+        (first, again, paths), base_again = runs["delta"], runs["parquet"][1]
+        merged_first, merged, merged_paths = runs["delta, BIGINT UNSIGNED key"]
+
+        def windows(p: dict[str, int]) -> str:
+            return ", ".join(f"{n} {k}" for k, n in p.items() if n) or "no window line"
+
+        self.results.add(f"re-snapshot of {rows:,} rows (1 in {deleted_every} deleted since) -> delta sink "
+                         f"({windows(paths)}) vs the same table's first snapshot -> delta",
+                         f"{again[0]:.1f} s", f"{first[0]:.1f} s", f"{again[0] / first[0]:.2f}x time", "(reference)")
+        self.results.add("  same vs the re-snapshot -> parquet sink (a new epoch's files)", f"{again[0]:.1f} s",
+                         f"{base_again[0]:.1f} s", f"{again[0] / base_again[0]:.2f}x time", "(reference)")
+        self.results.add(f"  same vs the same rows keyed by a BIGINT UNSIGNED ({windows(merged_paths)}; its first "
+                         f"snapshot {merged_first[0]:.1f} s)", f"{again[0]:.1f} s", f"{merged[0]:.1f} s",
+                         f"{again[0] / merged[0]:.2f}x time", "(reference)")
+        self.results.add("  same: window work, replaced vs MERGEd", f"{again[3]:.1f} s", f"{merged[3]:.1f} s",
+                         f"{again[3] / merged[3]:.2f}x", "(reference)")
+
     def catchup(self, changes: int, sinks=("parquet", "jdbc"), samplers: dict[str, RssSampler] | None = None,
                 connect: bool = False) -> None:
         """``samplers``: the sinks whose catch-up (stream task by spark-submit) a sampler watches. ``connect``: the
@@ -586,15 +643,24 @@ class Bench:
         return ([d for _, d in delays], [d for at, d in delays if at >= WARM_UP_SECONDS],
                 first[0] if first else None)
 
-    def check_equal(self, db: str, table: str) -> None:
-        """The parquet sink's ``table`` read with pyarrow equals MariaDB's, row by row; else the bench fails."""
+    def check_equal(self, db: str, table: str, dag_id: str | None = None, sink_type: str = "parquet") -> None:
+        """The sink's ``table`` (pipeline ``dag_id``'s, default ``db``; a parquet or delta sink) read with pyarrow or
+        delta-rs equals MariaDB's, row by row; else the bench fails."""
+        import deltalake
+        import pyarrow.compute as pc
+
         from airflow_cdc_provider.sinks.parquet_arrow import read_current_state
 
         with contextlib.closing(self.db.app_connection(db)) as c, c.cursor() as cur:
             cur.execute(f"SELECT id, k, c, pad FROM {table}")
             source = set(cur.fetchall())
-        got = read_current_state(str(self.work / db / "sink"), f"{db}.{table}", ["id"]).select(["id", "k", "c", "pad"])
-        sink = set(zip(*(got[col].to_pylist() for col in got.column_names)))
+        path = self.work / (dag_id or db) / "sink"
+        if sink_type == "delta":
+            got = deltalake.DeltaTable(str(path / table_dir_name(f"{db}.{table}"))).to_pyarrow_table()
+            got = got.filter(pc.invert(got.column("_cdc_deleted"))).select(["id", "k", "c", "pad"])
+        else:
+            got = read_current_state(str(path), f"{db}.{table}", ["id"]).select(["id", "k", "c", "pad"])
+        sink = {(int(i), k, c, p) for i, k, c, p in zip(*(got[col].to_pylist() for col in got.column_names))}
         if sink != source:
             raise RuntimeError(f"{db}.{table}: the sink differs from the source ({len(source - sink)} source rows "
                                f"missing or different, {len(sink - source)} sink rows not in the source)")
@@ -736,6 +802,8 @@ def main() -> int:
                     help="row changes of --only alters: the catch-up with an ALTER every --alter-every changes vs the "
                          "same with no DDL (not in the default --only)")
     ap.add_argument("--alter-every", type=int, default=10_000, help="row changes between two ALTERs of --only alters")
+    ap.add_argument("--resnapshot-rows", default="1000000",
+                    help="table sizes of --only resnapshot, comma separated (not in the default --only)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     args = ap.parse_args()
     only = set(args.only.split(","))
@@ -801,6 +869,9 @@ def main() -> int:
                     chameleon_side_by_side(bench, rows, args.changes)
             if "alters" in only:
                 alters_vs_plain(bench, args.alter_changes, args.alter_every, sinks)
+            if "resnapshot" in only:
+                for rows in (int(x) for x in args.resnapshot_rows.split(",") if x):
+                    bench.resnapshot(rows)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

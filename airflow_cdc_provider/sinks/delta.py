@@ -75,6 +75,7 @@ CHUNK = "_cdc_chunk"  # "<epoch>:<index>" of the snapshot chunk that last wrote 
 KEY_PROPERTY = "airflow_cdc.key"  # the table's key (JSON list), checked at every prepare
 EMPTIED_PROPERTY = "airflow_cdc.emptied_at"  # version of the newest truncate or drop ("seq,pos,row")
 STATS_PROPERTY = "delta.dataSkippingStatsColumns"  # the columns whose min, max and null count files state
+INDEXED_COLUMNS = 32  # Delta's default statistics columns: the table's first 32 (delta.dataSkippingNumIndexedCols)
 COMMIT_RETRIES = 20
 SCHEMA_VERSIONS = 1 << 20  # table versions of one epoch a schema record can hold (``version_commit``)
 REWRITE_FILE_ROWS = 1 << 20  # rows per data file of a table rewritten by the stream
@@ -130,22 +131,26 @@ def data_schema(types):
 
 
 def unsafe_stats_columns(schema) -> list[str]:
-    """Columns whose min and max delta-rs's own writer (MERGE, update, compaction) states wrongly, so a filter on
-    them may skip a file holding a match: decimals it bounds through a float (scale > 0, more than 15 digits) or
-    an int64 (scale 0, more than 18 digits: BIGINT UNSIGNED, wide DECIMALs)."""
+    """Columns whose min and max some writer of the table's files states wrongly, so a filter on them may skip a
+    file holding a match: decimals delta-rs's own writer (MERGE, update, compaction) bounds through a float
+    (scale > 0, more than 15 digits) or an int64 (scale 0, more than 18 digits: BIGINT UNSIGNED, wide DECIMALs),
+    and floats, whose NaN a Parquet writer may leave out of a footer's min and max (readers order NaN
+    differently, so no min or max is right for all of them)."""
     import pyarrow as pa
 
-    return [f.name for f in schema if pa.types.is_decimal(f.type)
-            and f.type.precision > (18 if f.type.scale == 0 else 15)]
+    return [f.name for f in schema if pa.types.is_floating(f.type) or (
+        pa.types.is_decimal(f.type) and f.type.precision > (18 if f.type.scale == 0 else 15))]
 
 
 def stats_property(schema, current: str | None = None) -> str | None:
-    """``delta.dataSkippingStatsColumns`` of a table of ``schema`` (``current``: its value now): every column but
-    ``unsafe_stats_columns``; None (Delta's default, the first 32 columns) when there are none and it is unset."""
+    """``delta.dataSkippingStatsColumns`` of a table of ``schema`` (``current``: its value now): Delta's default
+    columns (the first ``INDEXED_COLUMNS``) but ``unsafe_stats_columns``; None (the default itself) when there
+    are none and it is unset."""
     unsafe = set(unsafe_stats_columns(schema))
     if not unsafe and current is None:
         return None
-    names = [f.name for f in schema if f.name not in unsafe]
+    names = [f.name for f in list(schema)[:INDEXED_COLUMNS] if f.name not in unsafe] or \
+        [f.name for f in schema if f.name not in unsafe]
     if any("," in n for n in names):
         raise SinkError(f"columns {[n for n in names if ',' in n]}: the delta sink must name the columns that keep "
                         f"statistics (all but {sorted(unsafe)}) in {STATS_PROPERTY}, a comma-separated list; rename "
@@ -851,7 +856,7 @@ class DeltaSink(FileSink):
         the data files' own statistics to be trusted and the append to be likely; None: it is."""
         import pyarrow as pa
 
-        from airflow_cdc_provider.sinks.delta_append import may_overlap
+        from airflow_cdc_provider.sinks.delta_append import may_overlap, stats_columns
 
         if self.spark is None or dt is None:
             return "no Spark session" if dt is not None else "no table"
@@ -862,9 +867,9 @@ class DeltaSink(FileSink):
         schema = self._arrow_schema(dt)
         if [(f.name, f.type) for f in schema] != [(f.name, f.type) for f in table_schema(types)]:
             return "the table's columns are not the source's"
-        floats = [f.name for f in schema if pa.types.is_floating(f.type)]
+        floats = [c for c in stats_columns(dt) if pa.types.is_floating(schema.field(c).type)]
         if floats:
-            return f"float columns {floats}: Parquet writers' statistics may leave NaN out"
+            return f"float columns {floats} keep statistics, which a Parquet writer may leave NaN out of"
         if not any(pa.types.is_integer(schema.field(k).type) for k in types.schema.key_columns) \
                 and may_overlap(dt, {}):
             return "the table has rows and no integer key column to tell their ranges apart"
