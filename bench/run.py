@@ -489,7 +489,7 @@ class Bench:
             cur.execute("ALTER TABLE sbtest_u MODIFY id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT")
             cur.execute("INSERT INTO sbtest_u SELECT * FROM sbtest1")
             c.commit()
-        runs: dict[str, tuple[tuple, tuple, dict[str, int]]] = {}
+        runs: dict[str, tuple[tuple, tuple, dict[str, int], RssSampler]] = {}
         for residue, (how, sink, table) in enumerate((("parquet", "parquet", "sbtest1"), ("delta", "delta", "sbtest1"),
                                                       ("delta, BIGINT UNSIGNED key", "delta", "sbtest_u"))):
             dag_id = f"{db}_{sink}_{table}"
@@ -498,16 +498,17 @@ class Bench:
             with contextlib.closing(self.db.app_connection(db)) as c, c.cursor() as cur:
                 cur.execute(f"DELETE FROM {table} WHERE id % {deleted_every} = {residue}")  # rows no run deleted
                 c.commit()
-            again = self.snapshot_dag(dag_id, conf={"resnapshot": [f"{db}.{table}"]})
+            with RssSampler() as sampler:
+                again = self.snapshot_dag(dag_id, conf={"resnapshot": [f"{db}.{table}"]})
             log = (self.work / f"{dag_id}.log").read_text()
             paths = {"replaced": len(re.findall(r"replaced the table's files that may hold their keys", log)),
                      "appended": len(re.findall(r": appended \d+ rows", log)),
                      "MERGE": len(re.findall(r": MERGE \(", log)),
                      "staged": len(re.findall(r"chunks \d+-\d+ staged \(", log))}
-            runs[how] = (first, again, paths)
+            runs[how] = (first, again, paths, sampler)
             self.check_equal(db, table, dag_id, sink)
-        (first, again, paths), base_again = runs["delta"], runs["parquet"][1]
-        merged_first, merged, merged_paths = runs["delta, BIGINT UNSIGNED key"]
+        (first, again, paths, sampler), base_again = runs["delta"], runs["parquet"][1]
+        merged_first, merged, merged_paths, merged_sampler = runs["delta, BIGINT UNSIGNED key"]
 
         def windows(p: dict[str, int]) -> str:
             return ", ".join(f"{n} {k}" for k, n in p.items() if n) or "no window line"
@@ -522,6 +523,9 @@ class Bench:
                          f"{again[0] / merged[0]:.2f}x time", "(reference)")
         self.results.add("  same: window work, replaced vs MERGEd", f"{again[3]:.1f} s", f"{merged[3]:.1f} s",
                          f"{again[3] / merged[3]:.2f}x", "(reference)")
+        self.results.add("  same: peak RSS during the re-snapshot, JVM / Python driver (delta-rs) / all Python, "
+                         "replaced vs MERGEd", driver_peaks(sampler), driver_peaks(merged_sampler), "-",
+                         "(reference)")
 
     def catchup(self, changes: int, sinks=("parquet", "jdbc"), samplers: dict[str, RssSampler] | None = None,
                 connect: bool = False) -> None:

@@ -5,8 +5,8 @@ Set ``AIRFLOW_CDC_FAULT`` (or the job spec's ``fault``) to JSON::
     {"point": "after_select", "action": "kill", "match": "shop.orders:2", "once": "/tmp/fault-1"}
 
 * ``point``: ``after_low_watermark``, ``after_select``, ``after_high_watermark``, ``mid_sink_write``,
-  ``mid_batch``, ``after_schema_change`` (a stream batch's truncates and drops applied, its batch not yet
-  committed);
+  ``after_sink_write`` (a snapshot window in the sink, its chunks not yet reported), ``mid_batch``,
+  ``after_schema_change`` (a stream batch's truncates and drops applied, its batch not yet committed);
 * ``action``: ``kill`` (SIGKILL of this process: nothing gets to clean up), ``fail`` (an exception) or
   ``pause`` (sleep ``seconds``, default 10: holds a chunk window open so a test can commit into it; with
   ``until``, a file path, the pause ends as soon as that file exists);
@@ -23,8 +23,8 @@ import signal
 import time
 from typing import Any, Mapping
 
-POINTS = ("after_low_watermark", "after_select", "after_high_watermark", "mid_sink_write", "mid_batch",
-          "after_schema_change")
+POINTS = ("after_low_watermark", "after_select", "after_high_watermark", "mid_sink_write", "after_sink_write",
+          "mid_batch", "after_schema_change")
 ACTIONS = ("kill", "fail", "pause")
 ENV = "AIRFLOW_CDC_FAULT"
 

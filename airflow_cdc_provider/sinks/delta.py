@@ -291,6 +291,37 @@ def merge_pieces(files: list, key: str | None) -> list[tuple[list, tuple[int, in
     return pieces
 
 
+def chunk_tags(epoch: int, indexes) -> list[str]:
+    """The ``CHUNK`` values of the rows chunks ``indexes`` of snapshot ``epoch`` write."""
+    return [f"{epoch}:{i}" for i in sorted(indexes)]
+
+
+def may_hold_chunks(dt, epoch: int, indexes) -> bool:
+    """Whether a file of ``dt`` may hold a row chunks ``indexes`` of snapshot ``epoch`` wrote (by the files'
+    statistics of ``CHUNK``)."""
+    from airflow_cdc_provider.sinks.delta_append import may_hold_values
+
+    return may_hold_values(dt, CHUNK, chunk_tags(epoch, indexes))
+
+
+def retried_sweep(epoch: int, retried: set[int], low_watermark: Version) -> Callable[[Any], Any] | None:
+    """For the MERGE of a window with ``retried`` chunks: its clause making tombstones of the rows an earlier
+    attempt of those chunks wrote that the MERGE's source lacks (deleted before the retry's low watermark), at
+    that watermark, so that an older change written later cannot bring them back. None: no retried chunk."""
+    if not retried:
+        return None
+    tags = ", ".join(literal(t) for t in chunk_tags(epoch, retried))
+    sweep = (f"NOT t.{ident(DELETED)} AND t._cdc_op = 'r' AND t.{ident(CHUNK)} IN ({tags}) AND "
+             f"{older_than('t', tuple(low_watermark))}")
+    gone = {ident(c): str(int(v)) for c, v in zip(VERSION_COLUMNS, low_watermark)}
+
+    def extra(merger):
+        return merger.when_not_matched_by_source_update(
+            updates={ident(DELETED): "true", ident("_cdc_op"): "'d'", **gone}, predicate=sweep)
+
+    return extra
+
+
 def integer_key_range(rows, keys: list[str]) -> tuple[int, int] | None:
     """The smallest and largest key of ``rows`` (a pyarrow Table) for a single integer key; None otherwise."""
     import pyarrow as pa
@@ -845,13 +876,14 @@ class DeltaSink(FileSink):
         watermark (``StagedDeltaWindow``)."""
         table = str(types.schema.table)
         dt = self.open_table(table)
-        reason = self.written_window_refusal(dt, types, retried)
+        reason = self.written_window_refusal(dt, types, epoch, retried)
         if reason is None:
-            return WrittenDeltaWindow(self, rows, types, epoch, indexes, low_watermark, self._arrow_schema(dt))
+            return WrittenDeltaWindow(self, rows, types, epoch, indexes, low_watermark, self._arrow_schema(dt),
+                                      retried)
         log.info("%s: snapshot epoch %d chunks %d-%d staged (%s)", table, epoch, min(indexes), max(indexes), reason)
         return StagedDeltaWindow(self, self.stage(rows, table), types, epoch, indexes, low_watermark, retried)
 
-    def written_window_refusal(self, dt, types, retried: set[int]) -> str | None:
+    def written_window_refusal(self, dt, types, epoch: int, retried: set[int]) -> str | None:
         """Why a window is not written straight as data files of the table (``WrittenDeltaWindow``): that needs
         the data files' own statistics to be trusted and the append to be likely; None: it is."""
         import pyarrow as pa
@@ -860,8 +892,8 @@ class DeltaSink(FileSink):
 
         if self.spark is None or dt is None:
             return "no Spark session" if dt is not None else "no table"
-        if retried:
-            return f"retried chunks {sorted(retried)}"
+        if retried and may_hold_chunks(dt, epoch, retried):
+            return f"retried chunks {sorted(retried)} an earlier attempt may have written"
         if EMPTIED_PROPERTY in dt.metadata().configuration:
             return "a truncate or drop emptied the table"
         schema = self._arrow_schema(dt)
@@ -1041,22 +1073,10 @@ class StagedDeltaWindow(FoldedWindow):
         return False
 
     def _merge(self, staged: str, version: Version, app: tuple[str, int], what: str) -> None:
-        extra = None
-        if self.retried:
-            tags = ", ".join(literal(f"{self.epoch}:{i}") for i in sorted(self.retried))
-            sweep = (f"NOT t.{ident(DELETED)} AND t._cdc_op = 'r' AND t.{ident(CHUNK)} IN ({tags}) AND "
-                     f"{older_than('t', tuple(self.low_watermark))}")
-
-            # gone as of the retry's low watermark: an older change written later cannot bring them back
-            gone = {ident(c): str(int(v)) for c, v in zip(VERSION_COLUMNS, self.low_watermark)}
-
-            def extra(merger):
-                return merger.when_not_matched_by_source_update(
-                    updates={ident(DELETED): "true", ident("_cdc_op"): "'d'", **gone}, predicate=sweep)
-
         add = partial(snapshot_rows, epoch=self.epoch, version=tuple(version))
         self.sink._merge(self.table, list(self.types.schema.key_columns),
-                         self.sink._staged_source(staged, self.table, add), app, what, snapshot=True, extra=extra,
+                         self.sink._staged_source(staged, self.table, add), app, what, snapshot=True,
+                         extra=retried_sweep(self.epoch, self.retried, self.low_watermark),
                          key_range=self.sink._key_range(staged, self.types))
 
 
@@ -1075,9 +1095,10 @@ class WrittenDeltaWindow:
     (``snapshot-<epoch>-<first>-<last>-<id>/``)."""
 
     def __init__(self, sink: DeltaSink, rows, types, epoch: int, indexes: list[int], low_watermark: Version,
-                 schema) -> None:
-        """``rows``: the window as read (data columns and ``CHUNK_COLUMN``); ``schema``: the table's (Arrow)."""
-        self.sink, self.types, self.epoch, self.indexes = sink, types, epoch, indexes
+                 schema, retried: set[int] = frozenset()) -> None:
+        """``rows``: the window as read (data columns and ``CHUNK_COLUMN``); ``schema``: the table's (Arrow);
+        ``retried``: chunks an earlier attempt began, none of whose rows the table held as the window opened."""
+        self.sink, self.types, self.epoch, self.indexes, self.retried = sink, types, epoch, indexes, set(retried)
         self.low_watermark = tuple(low_watermark)
         self.table = str(types.schema.table)
         self.schema = schema
@@ -1180,10 +1201,12 @@ class WrittenDeltaWindow:
 
     def _refuse(self, dt) -> bool:
         """Whether the window's files may not be committed as they are on the version ``dt``: a TRUNCATE or DROP
-        emptied the table (the MERGE's insert guard keeps older rows out), or its columns changed since the
-        window opened (the MERGE stops the job)."""
+        emptied the table (the MERGE's insert guard keeps older rows out), its columns changed since the window
+        opened (the MERGE stops the job), or rows of its retried chunks an earlier attempt wrote may be in it
+        (the MERGE makes those it lacks tombstones)."""
         return EMPTIED_PROPERTY in dt.metadata().configuration or \
-            [(f.name, f.type) for f in self.sink._arrow_schema(dt)] != [(f.name, f.type) for f in self.schema]
+            [(f.name, f.type) for f in self.sink._arrow_schema(dt)] != [(f.name, f.type) for f in self.schema] or \
+            (bool(self.retried) and may_hold_chunks(dt, self.epoch, self.retried))
 
     def _data_files(self, rel: str) -> list:
         """The Parquet files Spark wrote in ``rel`` under the table's directory, with their footers' statistics
@@ -1273,7 +1296,8 @@ class WrittenDeltaWindow:
 
         storage, table = self.sink.layout.storage, self.table
         keys = list(self.types.schema.key_columns)
-        pieces = merge_pieces(files, keys[0] if len(keys) == 1 else None)
+        # retried chunks: one MERGE, whose rows the earlier attempt's lack are the ones it makes tombstones
+        pieces = merge_pieces(files, keys[0] if len(keys) == 1 and not self.retried else None)
         for n, (piece, key_range) in enumerate(pieces, 1):
             paths = [storage.path(f"{self.table_dir}/{f.path}") for f in piece]
 
@@ -1284,7 +1308,7 @@ class WrittenDeltaWindow:
 
             self.sink._merge(table, keys, source, app if n == len(pieces) else None,
                              what if len(pieces) == 1 else f"{what} (part {n} of {len(pieces)})", snapshot=True,
-                             key_range=key_range)
+                             key_range=key_range, extra=retried_sweep(self.epoch, self.retried, self.low_watermark))
 
     def _apply_window_changes(self, changes, app: tuple[str, int], what: str,
                               key_range: tuple[int, int] | None) -> None:

@@ -369,6 +369,23 @@ def overlapping_files(dt, ranges: dict[str, tuple[int, int]]) -> list[TableFile]
                                       strict=True) if not disjoint(low or {}, high or {})]
 
 
+def may_hold_values(dt, column: str, values: list[str]) -> bool:
+    """Whether a file of ``dt`` may hold one of the strings ``values`` in ``column``: one whose statistics do
+    not bound the column away from all of them (a file with no statistics of it may hold anything; one whose
+    column is all NULL holds none)."""
+    import pyarrow as pa
+
+    actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+    for a in actions:
+        rows, nulls = a.get("num_records"), a.get(f"null_count.{column}")
+        if rows is not None and nulls is not None and nulls >= rows:
+            continue
+        low, high = a.get(f"min.{column}"), a.get(f"max.{column}")
+        if low is None or high is None or any(low <= v <= high for v in values):
+            return True
+    return False
+
+
 def held_paths(dt) -> set[str]:
     """The paths (relative to the table's directory) of the data files version ``dt`` holds."""
     import pyarrow as pa

@@ -211,6 +211,7 @@ class SnapshotJob:
             t_select = time.monotonic() - t0
             t_publish = time.monotonic()
             lost = window.publish(changes, lambda: self._hit("mid_sink_write", chunks))
+            self._hit("after_sink_write", chunks)
         except Exception:
             for w in opened:
                 w.discard()

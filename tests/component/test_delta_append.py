@@ -561,3 +561,24 @@ def test_a_replacement_takes_the_place_of_the_files_that_may_hold_its_keys_in_on
     assert replace_window(moving, ("moving", 1), v="moving") == "contended"
     values = {r["v"] for r in DeltaTable(uri).to_pyarrow_table().to_pylist()}
     assert len(taken_seen) == CARRIES and "moving" not in values
+
+
+def test_a_retried_chunk_s_rows_are_found_by_the_files_chunk_statistics(tmp_path):
+    """Whether a file may hold a row of given chunks, by its statistics of the chunk column: files of other
+    chunks (by their min and max, "1:10" sorting before "1:2"), all-NULL ones (the stream's rows) and an
+    emptied table hold none; a file without statistics of the column may hold any."""
+    from airflow_cdc_provider.sinks.delta import may_hold_chunks
+
+    schema = pa.schema([("id", pa.int64()), ("_cdc_chunk", pa.string())])
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, pa.table({"id": [1, 2], "_cdc_chunk": ["1:0", "1:10"]}, schema=schema))
+    write_deltalake(uri, pa.table({"id": [3], "_cdc_chunk": pa.array([None], pa.string())}, schema=schema),
+                    mode="append")
+    dt = DeltaTable(uri)
+    assert may_hold_chunks(dt, 1, {0}) and may_hold_chunks(dt, 1, {1}) and may_hold_chunks(dt, 1, {10})
+    assert not may_hold_chunks(dt, 1, {2}) and not may_hold_chunks(dt, 2, {0}) and not may_hold_chunks(dt, 1, {3, 4})
+    dt.delete()
+    assert not may_hold_chunks(DeltaTable(uri), 1, {0})
+    bare = new_table(tmp_path, schema, "bare", configuration={"delta.dataSkippingStatsColumns": "id"})
+    write_deltalake(bare, pa.table({"id": [1], "_cdc_chunk": ["1:0"]}, schema=schema), mode="append")
+    assert may_hold_chunks(DeltaTable(bare), 7, {7}), "a file without statistics of the column may hold any chunk"

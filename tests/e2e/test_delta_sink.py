@@ -14,6 +14,7 @@ from functools import partial
 from pathlib import Path
 
 import deltalake
+import pytest
 
 from airflow_cdc_provider.pipeline.table_schemas import pending_resyncs
 from airflow_cdc_provider.sinks.delta_append import WRITE_KEY
@@ -317,6 +318,37 @@ def test_a_window_run_again_on_an_unchanged_binlog_keeps_its_rows(source_db, tmp
     assert deltalake.DeltaTable(uri).version() == version, "the retry wrote again: the binlog was not unchanged"
     p.collect()
     assert len(assert_delta_equals_source(p, source_db, "orders")) == 300
+
+
+@pytest.mark.parametrize("point", ["mid_sink_write", "after_sink_write"])
+def test_a_chunk_killed_before_or_after_its_commit_and_retried_holds_each_key_once(source_db, tmp_path, point):
+    """A chunk job killed before its window's commit (nothing of it in the table: the retry's window is written
+    as data files and appended) or after it (its chunks not reported: the retry MERGEs, and the rows of the first
+    attempt the retry lacks, deleted in between, become tombstones); a row changed in between takes its new
+    value."""
+    n = 600
+    make_orders(source_db, n)
+    p = Pipeline(source_db, tmp_path, delta_sink(tmp_path), ["orders"], chunk_size=n // 3)
+    chunks = p.plan()
+    assert len(chunks) >= 3 and chunks[1].start[0] <= n // 2 < n // 2 + 10 < chunks[2].start[0]
+    p.snapshot(chunks[:1])
+    fault = {"point": point, "action": "kill", "once": str(tmp_path / "fault-once")}
+    assert p.snapshot(chunks[1:2], fault=fault, check=False).returncode != 0, "the injected SIGKILL did not happen"
+    uri = table_uri(p, source_db, "orders")
+    assert [op for _, op in window_commits(uri)] == ["append"] * (1 if point == "mid_sink_write" else 2)
+    source_db.execute("DELETE FROM orders WHERE id = %s", (n // 2,))  # in chunk 1
+    source_db.execute("UPDATE orders SET note = 'between' WHERE id = %s", (n // 2 + 10,))
+    p.snapshot(chunks[1:2])
+    p.snapshot(chunks[2:])
+    p.collect()
+    assert len(assert_delta_equals_source(p, source_db, "orders")) == n - 1
+    assert [op for _, op in window_commits(uri)] == (["append"] * 3 if point == "mid_sink_write" else
+                                                     ["append", "append", "MERGE", "append"])
+    if point == "mid_sink_write":  # the retry's window too written by the executors, not staged
+        assert all(f.startswith("snapshot-") for f in logged_files(uri))
+    every = deltalake.DeltaTable(uri).to_pyarrow_table(columns=["id", "_cdc_deleted"]).to_pylist()
+    gone = [r["id"] for r in every if r["_cdc_deleted"]]
+    assert len(every) == n - (point == "mid_sink_write") and gone == ([] if point == "mid_sink_write" else [n // 2])
 
 
 def test_snapshot_stream_kill_and_resnapshot_converge(source_db, tmp_path, spark):
