@@ -81,6 +81,9 @@ SCHEMA_VERSIONS = 1 << 20  # table versions of one epoch a schema record can hol
 REWRITE_FILE_ROWS = 1 << 20  # rows per data file of a table rewritten by the stream
 BATCH_ROWS = 1 << 16
 MERGE_PIECE_ROWS = 1 << 20  # rows of a written window's files one MERGE takes at most (delta-rs holds them)
+# rows of the table's files one MERGE reads at most where their key ranges let it: delta-rs holds every row of
+# the files it scans for a MERGE (~0.6 GiB per million sysbench rows), whatever few keys it changes
+MERGE_TARGET_ROWS = 1 << 20
 # a written window's data files (``WrittenDeltaWindow``): microsecond timestamps (INT96 is no Delta type), dates
 # as written (no Julian rebase), snappy, row groups an in-place rewrite reads ahead by two of, and string
 # statistics truncated to valid bounds (a value longer than 4 KiB would otherwise leave its file with none)
@@ -289,6 +292,56 @@ def merge_pieces(files: list, key: str | None) -> list[tuple[list, tuple[int, in
             pieces.append(([f], (lo, hi)))
             rows = count
     return pieces
+
+
+def within(source: Callable[[Any], Any], key: str, key_range: tuple[int, int]) -> Callable[[Any], Any]:
+    """``source`` (a function of the table's Arrow schema giving a reader of rows) with only the rows whose
+    ``key`` lies in ``key_range``."""
+    def filtered(schema):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        lo, hi = key_range
+
+        def batches():
+            for b in source(schema):
+                k = b.column(key)
+                kept = b.filter(pc.and_(pc.greater_equal(k, lo), pc.less_equal(k, hi)))
+                if kept.num_rows:
+                    yield kept
+
+        return pa.RecordBatchReader.from_batches(schema, batches())
+
+    return filtered
+
+
+def target_pieces(dt, key: str, key_range: tuple[int, int], max_rows: int) -> list[tuple[int, int]]:
+    """``key_range`` cut into consecutive ranges (ascending, together exactly it) over each of which the files of
+    ``dt`` that may hold its keys, by their statistics of the integer ``key``, hold about ``max_rows`` rows at
+    most (a file holding more, or files spanning a cut, count in each range they meet). One range when they hold
+    fewer in all, or when a file states no range of ``key`` (every MERGE would read it anyway)."""
+    import pyarrow as pa
+
+    lo, hi = key_range
+    spans = []
+    for a in pa.table(dt.get_add_actions(flatten=True)).to_pylist():
+        low, high, rows = a.get(f"min.{key}"), a.get(f"max.{key}"), a.get("num_records") or 0
+        if low is None or high is None:
+            if rows and a.get(f"null_count.{key}") != rows:
+                return [key_range]
+            continue
+        if high >= lo and low <= hi:
+            spans.append((max(low, lo), rows))
+    if sum(r for _, r in spans) <= max_rows:
+        return [key_range]
+    cuts, held = [], 0
+    for start, rows in sorted(spans):
+        if held and held + rows > max_rows and start > (cuts[-1] if cuts else lo):
+            cuts.append(start)
+            held = 0
+        held += rows
+    bounds = [lo, *cuts]
+    return [(b, (bounds[i + 1] - 1) if i + 1 < len(bounds) else hi) for i, b in enumerate(bounds)]
 
 
 def chunk_tags(epoch: int, indexes) -> list[str]:
@@ -620,7 +673,8 @@ class DeltaSink(FileSink):
 
     def _merge(self, table: str, keys: list[str], source: Callable[[Any], Any], app: tuple[str, int] | None,
                what: str, snapshot: bool = False, extra: Callable[[Any], Any] | None = None,
-               key_range: tuple[int, int] | None = None, take_over: bool = True) -> dict[str, Any] | None:
+               key_range: tuple[int, int] | None = None, take_over: bool = True,
+               split: bool = True) -> dict[str, Any] | None:
         """MERGE the rows ``source(schema)`` gives (a RecordBatchReader of the table's columns) by key, each
         applied only if newer than the stored row (inserted only if newer than the last truncate or drop), in
         one commit carrying the application transaction ``app`` = (id, version). None if ``app`` was committed
@@ -630,8 +684,21 @@ class DeltaSink(FileSink):
         only the files that may hold them, and lets commits of disjoint ranges (parallel snapshot windows) pass
         each other without a conflict; not with ``extra``, whose clauses may be about rows outside it.
         ``take_over``: a snapshot row of a live row's very version takes it over (its chunk); False for changes
-        under their own positions, which the stream may have written already."""
+        under their own positions, which the stream may have written already. Where the table's files in
+        ``key_range`` hold more than ``MERGE_TARGET_ROWS`` rows, the rows go in one MERGE per ``target_pieces``
+        range holding some of them (delta-rs reads every row of the files a MERGE may touch), only the last
+        carrying ``app``: a replay after a kill between them finds the earlier ones' rows not older and leaves
+        them."""
         from deltalake.transaction import CommitProperties, Transaction
+
+        pieces = self._merge_pieces(table, keys, source, key_range) if split and extra is None else [key_range]
+        if len(pieces) > 1:
+            metrics = None
+            for n, piece in enumerate(pieces, 1):
+                metrics = self._merge(table, keys, within(source, keys[0], piece), app if n == len(pieces) else None,
+                                      f"{what} (part {n} of {len(pieces)})", snapshot=snapshot, key_range=piece,
+                                      take_over=take_over, split=False)
+            return metrics
 
         def attempt():
             dt = self.open_table(table)
@@ -671,6 +738,24 @@ class DeltaSink(FileSink):
             return metrics
 
         return committing(f"{table}: {what}", attempt)
+
+    def _merge_pieces(self, table: str, keys: list[str], source: Callable[[Any], Any],
+                      key_range: tuple[int, int] | None) -> list[tuple[int, int] | None]:
+        """The key ranges of ``_merge``'s MERGEs: ``target_pieces`` of ``key_range`` (a single integer key) that
+        hold a key of the rows, or just ``key_range``."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        dt = self.open_table(table) if key_range is not None and len(keys) == 1 else None
+        if dt is None:
+            return [key_range]
+        pieces = target_pieces(dt, keys[0], key_range, MERGE_TARGET_ROWS)
+        if len(pieces) == 1:
+            return pieces
+        values = pa.chunked_array([b.column(keys[0]) for b in source(self._arrow_schema(dt))],
+                                  self._arrow_schema(dt).field(keys[0]).type)
+        return [p for p in pieces
+                if pc.any(pc.and_(pc.greater_equal(values, p[0]), pc.less_equal(values, p[1]))).as_py()]
 
     @staticmethod
     def _arrow_schema(dt):

@@ -582,3 +582,68 @@ def test_a_retried_chunk_s_rows_are_found_by_the_files_chunk_statistics(tmp_path
     bare = new_table(tmp_path, schema, "bare", configuration={"delta.dataSkippingStatsColumns": "id"})
     write_deltalake(bare, pa.table({"id": [1], "_cdc_chunk": ["1:0"]}, schema=schema), mode="append")
     assert may_hold_chunks(DeltaTable(bare), 7, {7}), "a file without statistics of the column may hold any chunk"
+
+
+def test_a_merge_over_many_rows_of_the_table_goes_in_pieces_of_its_files_key_ranges(tmp_path, monkeypatch):
+    """delta-rs reads every row of the files a MERGE may touch, so a stream batch whose keys spread over a table
+    larger than ``MERGE_TARGET_ROWS`` is MERGEd once per range of the table's files (by their key statistics)
+    that holds one of its keys, only the last commit carrying the batch's transaction; the result is the single
+    MERGE's, and the same changes applied again (a replay after a kill between the pieces) change nothing."""
+    import airflow_cdc_provider.sinks.delta as delta
+    from airflow_cdc_provider.core.chunks import TableId
+    from airflow_cdc_provider.sinks.base import SinkConfig
+    from airflow_cdc_provider.sinks.delta import DeltaSink, target_pieces
+    from airflow_cdc_provider.sinks.types import TableSinkTypes
+    from airflow_cdc_provider.source.schema import Column, TableSchema
+
+    def column(name, kind):
+        return Column(name, kind, kind, True, None, None, None, None, None, None)
+
+    types = TableSinkTypes.of(TableSchema(TableId.parse("db.t"), (column("id", "int"), column("v", "varchar")),
+                                          ("id",), ("id",)))
+    sink = DeltaSink(SinkConfig(type="delta", path=str(tmp_path / "delta")), {})
+    sink.prepare(types)
+    uri = sink.layout.table_uri("db.t")
+    data = pa.schema([("id", pa.int32()), ("v", pa.string())])
+    meta = [("_cdc_op", pa.string()), ("_cdc_ts_ms", pa.int64()), ("_cdc_file_seq", pa.int64()),
+            ("_cdc_pos", pa.int64()), ("_cdc_row", pa.int32()), ("_cdc_deleted", pa.bool_()),
+            ("_cdc_chunk", pa.string())]
+
+    def batch(batch_id: int, changes: list[tuple[int, str | None]], app: str = "airflow-cdc:db.t:stream:q"):
+        import pyarrow.parquet as pq
+
+        staged = sink.layout.staging_dir("db.t")
+        sink.layout.storage.fs.makedirs(sink.layout.storage.path(staged), exist_ok=True)
+        rows = [{"id": k, "v": v, "_cdc_op": "d" if v is None else "u", "_cdc_ts_ms": 1, "_cdc_file_seq": 1,
+                 "_cdc_pos": 100 * batch_id + i, "_cdc_row": 0, "_cdc_deleted": v is None, "_cdc_chunk": None}
+                for i, (k, v) in enumerate(changes)]
+        pq.write_table(pa.Table.from_pylist(rows, schema=pa.schema([*data, *meta])),
+                       sink.layout.storage.path(staged) + "/part-0.parquet")
+        sink.commit_changes(types, staged, (app, batch_id))
+
+    for b in range(4):  # four files of 100 keys each: [0, 99], [100, 199], ...
+        batch(b, [(k, "a") for k in range(100 * b, 100 * b + 100)])
+    assert target_pieces(DeltaTable(uri), "id", (0, 399), 150) == [(0, 99), (100, 199), (200, 299), (300, 399)]
+    assert target_pieces(DeltaTable(uri), "id", (0, 399), 400) == [(0, 399)]
+    assert target_pieces(DeltaTable(uri), "id", (150, 260), 150) == [(150, 199), (200, 260)]
+
+    monkeypatch.setattr(delta, "MERGE_TARGET_ROWS", 150)
+    before = DeltaTable(uri).version()
+    changes = [(5, "b"), (150, "b"), (399, "b"), (250, None), (1000, "new")]  # none in [300, 399] but 399
+    batch(4, changes)
+    history = [c for c in reversed(DeltaTable(uri).history()) if c["version"] > before]
+    assert [c["airflow_cdc"] for c in history] == [f"stream batch 4 (part {n} of 4)" for n in range(1, 5)]
+    txns = [json.loads(line)["txn"]["version"] for c in history
+            for line in (Path(uri) / "_delta_log" / f"{c['version']:020d}.json").read_text().splitlines()
+            if '"txn"' in line]
+    assert txns == [4], "only the last piece carries the batch's transaction"
+
+    def state():
+        return {r["id"]: (r["v"], r["_cdc_deleted"]) for r in DeltaTable(uri).to_pyarrow_table().to_pylist()}
+
+    want = {k: ("a", False) for k in range(400)} | {5: ("b", False), 150: ("b", False), 399: ("b", False),
+                                                    250: (None, True), 1000: ("new", False)}
+    assert state() == want
+    batch(4, changes, app="airflow-cdc:db.t:stream:replayed")  # the same changes again, under another app id
+    assert state() == want
+    assert len(DeltaTable(uri).to_pyarrow_table()) == len(want), "a key doubled"

@@ -172,7 +172,13 @@ def test_an_xa_transaction_prepared_in_a_purged_file_refuses_the_start(source_db
         with contextlib.closing(source_db.server.root_connection()) as conn, conn.cursor() as cur:
             cur.execute("SHOW BINARY LOGS")
             newest = cur.fetchall()[-1][0]
+            # a binlog reader an earlier test on this server left connected keeps its file from the purge
+            cur.execute("SELECT id FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'")
+            for (thread,) in cur.fetchall():
+                cur.execute(f"KILL {int(thread)}")
             cur.execute(f"PURGE BINARY LOGS TO '{newest}'")
+            cur.execute("SHOW BINARY LOGS")
+            assert [r[0] for r in cur.fetchall()] == [newest], "the older binlog files were not purged"
         with pytest.raises(StartupError) as exc:
             resolve(source_db, server_id, "latest")
     finally:
