@@ -75,7 +75,6 @@ CHUNK = "_cdc_chunk"  # "<epoch>:<index>" of the snapshot chunk that last wrote 
 KEY_PROPERTY = "airflow_cdc.key"  # the table's key (JSON list), checked at every prepare
 EMPTIED_PROPERTY = "airflow_cdc.emptied_at"  # version of the newest truncate or drop ("seq,pos,row")
 STATS_PROPERTY = "delta.dataSkippingStatsColumns"  # the columns whose min, max and null count files state
-INDEXED_COLUMNS = 32  # Delta's default statistics columns: the table's first 32 (delta.dataSkippingNumIndexedCols)
 COMMIT_RETRIES = 20
 SCHEMA_VERSIONS = 1 << 20  # table versions of one epoch a schema record can hold (``version_commit``)
 REWRITE_FILE_ROWS = 1 << 20  # rows per data file of a table rewritten by the stream
@@ -146,14 +145,13 @@ def unsafe_stats_columns(schema) -> list[str]:
 
 
 def stats_property(schema, current: str | None = None) -> str | None:
-    """``delta.dataSkippingStatsColumns`` of a table of ``schema`` (``current``: its value now): Delta's default
-    columns (the first ``INDEXED_COLUMNS``) but ``unsafe_stats_columns``; None (the default itself) when there
-    are none and it is unset."""
+    """``delta.dataSkippingStatsColumns`` of a table of ``schema`` (``current``: its value now): every column but
+    ``unsafe_stats_columns`` (the sink's own and the key past Delta's default first 32 columns included: the
+    windows' checks read them); None (Delta's default) when there are none and it is unset."""
     unsafe = set(unsafe_stats_columns(schema))
     if not unsafe and current is None:
         return None
-    names = [f.name for f in list(schema)[:INDEXED_COLUMNS] if f.name not in unsafe] or \
-        [f.name for f in schema if f.name not in unsafe]
+    names = [f.name for f in schema if f.name not in unsafe]
     if any("," in n for n in names):
         raise SinkError(f"columns {[n for n in names if ',' in n]}: the delta sink must name the columns that keep "
                         f"statistics (all but {sorted(unsafe)}) in {STATS_PROPERTY}, a comma-separated list; rename "
@@ -325,9 +323,9 @@ def target_pieces(dt, key: str, key_range: tuple[int, int], max_rows: int) -> li
     lo, hi = key_range
     spans = []
     for a in pa.table(dt.get_add_actions(flatten=True)).to_pylist():
-        low, high, rows = a.get(f"min.{key}"), a.get(f"max.{key}"), a.get("num_records") or 0
+        low, high, rows = a.get(f"min.{key}"), a.get(f"max.{key}"), a.get("num_records")
         if low is None or high is None:
-            if rows and a.get(f"null_count.{key}") != rows:
+            if rows is None or a.get(f"null_count.{key}") != rows:  # no statistics of the key: it may hold any
                 return [key_range]
             continue
         if high >= lo and low <= hi:
@@ -691,7 +689,10 @@ class DeltaSink(FileSink):
         them."""
         from deltalake.transaction import CommitProperties, Transaction
 
-        pieces = self._merge_pieces(table, keys, source, key_range) if split and extra is None else [key_range]
+        pieces = self._merge_pieces(table, keys, source, key_range, app) if split and extra is None else [key_range]
+        if not pieces:
+            log.info("%s: %s already committed (%s); skipped", table, what, app[0])
+            return None
         if len(pieces) > 1:
             metrics = None
             for n, piece in enumerate(pieces, 1):
@@ -740,22 +741,27 @@ class DeltaSink(FileSink):
         return committing(f"{table}: {what}", attempt)
 
     def _merge_pieces(self, table: str, keys: list[str], source: Callable[[Any], Any],
-                      key_range: tuple[int, int] | None) -> list[tuple[int, int] | None]:
+                      key_range: tuple[int, int] | None, app: tuple[str, int] | None) -> list[tuple[int, int] | None]:
         """The key ranges of ``_merge``'s MERGEs: ``target_pieces`` of ``key_range`` (a single integer key) that
-        hold a key of the rows, or just ``key_range``."""
+        hold a key of the rows, or just ``key_range``; none when ``app`` is committed already (a replay, whose
+        pieces before the last would otherwise run again for nothing)."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
         dt = self.open_table(table) if key_range is not None and len(keys) == 1 else None
         if dt is None:
             return [key_range]
+        done = dt.transaction_version(app[0]) if app is not None else None
+        if done is not None and done >= app[1]:
+            return []
         pieces = target_pieces(dt, keys[0], key_range, MERGE_TARGET_ROWS)
         if len(pieces) == 1:
             return pieces
         values = pa.chunked_array([b.column(keys[0]) for b in source(self._arrow_schema(dt))],
                                   self._arrow_schema(dt).field(keys[0]).type)
-        return [p for p in pieces
+        held = [p for p in pieces
                 if pc.any(pc.and_(pc.greater_equal(values, p[0]), pc.less_equal(values, p[1]))).as_py()]
+        return held or [key_range]
 
     @staticmethod
     def _arrow_schema(dt):
@@ -1382,7 +1388,8 @@ class WrittenDeltaWindow:
         storage, table = self.sink.layout.storage, self.table
         keys = list(self.types.schema.key_columns)
         # retried chunks: one MERGE, whose rows the earlier attempt's lack are the ones it makes tombstones
-        pieces = merge_pieces(files, keys[0] if len(keys) == 1 and not self.retried else None)
+        by = keys[0] if len(keys) == 1 and pa.types.is_integer(self.schema.field(keys[0]).type) else None
+        pieces = merge_pieces(files, None if self.retried else by)
         for n, (piece, key_range) in enumerate(pieces, 1):
             paths = [storage.path(f"{self.table_dir}/{f.path}") for f in piece]
 

@@ -20,8 +20,8 @@ table's keys; a first snapshot's over files the stream or a compaction wrote) re
 (``replace_files``): one commit removes those files and adds the window's, with the rows of the removed files
 whose keys the window lacks carried over unchanged, when no row of theirs that the window holds the key of is
 newer than the window's. What stays a MERGE (``DeltaSink``): windows with
-retried chunks (an earlier attempt may have written some of their keys, and its rows the new one lacks must
-become tombstones), tables a TRUNCATE or DROP emptied (the insert guard), a window holding a key the stream
+retried chunks that a file of the table may hold rows of (an earlier attempt committed some of their keys, and
+its rows the new one lacks must become tombstones; ``may_hold_values``), tables a TRUNCATE or DROP emptied (the insert guard), a window holding a key the stream
 wrote after the window began, and every window of a table without an integer key column once the table has a
 file. A re-snapshot's window over keys no file covers appends: nothing of the table, and nothing committed
 meanwhile, holds them.
