@@ -671,8 +671,7 @@ class DeltaSink(FileSink):
 
     def _merge(self, table: str, keys: list[str], source: Callable[[Any], Any], app: tuple[str, int] | None,
                what: str, snapshot: bool = False, extra: Callable[[Any], Any] | None = None,
-               key_range: tuple[int, int] | None = None, take_over: bool = True,
-               split: bool = True) -> dict[str, Any] | None:
+               key_range: tuple[int, int] | None = None, take_over: bool = True) -> dict[str, Any] | None:
         """MERGE the rows ``source(schema)`` gives (a RecordBatchReader of the table's columns) by key, each
         applied only if newer than the stored row (inserted only if newer than the last truncate or drop), in
         one commit carrying the application transaction ``app`` = (id, version). None if ``app`` was committed
@@ -687,19 +686,23 @@ class DeltaSink(FileSink):
         range holding some of them (delta-rs reads every row of the files a MERGE may touch), only the last
         carrying ``app``: a replay after a kill between them finds the earlier ones' rows not older and leaves
         them."""
-        from deltalake.transaction import CommitProperties, Transaction
-
-        pieces = self._merge_pieces(table, keys, source, key_range, app) if split and extra is None else [key_range]
+        pieces = self._merge_pieces(table, keys, source, key_range, app) if extra is None else [key_range]
         if not pieces:
             log.info("%s: %s already committed (%s); skipped", table, what, app[0])
             return None
-        if len(pieces) > 1:
-            metrics = None
-            for n, piece in enumerate(pieces, 1):
-                metrics = self._merge(table, keys, within(source, keys[0], piece), app if n == len(pieces) else None,
-                                      f"{what} (part {n} of {len(pieces)})", snapshot=snapshot, key_range=piece,
-                                      take_over=take_over, split=False)
-            return metrics
+        if len(pieces) == 1:
+            return self._merge_one(table, keys, source, app, what, snapshot, extra, key_range, take_over)
+        metrics = None
+        for n, piece in enumerate(pieces, 1):
+            metrics = self._merge_one(table, keys, within(source, keys[0], piece), app if n == len(pieces) else None,
+                                      f"{what} (part {n} of {len(pieces)})", snapshot, None, piece, take_over)
+        return metrics
+
+    def _merge_one(self, table: str, keys: list[str], source: Callable[[Any], Any], app: tuple[str, int] | None,
+                   what: str, snapshot: bool, extra: Callable[[Any], Any] | None, key_range: tuple[int, int] | None,
+                   take_over: bool) -> dict[str, Any] | None:
+        """One MERGE of ``_merge``'s, in one commit (retried on a conflict)."""
+        from deltalake.transaction import CommitProperties, Transaction
 
         def attempt():
             dt = self.open_table(table)
@@ -757,8 +760,8 @@ class DeltaSink(FileSink):
         pieces = target_pieces(dt, keys[0], key_range, MERGE_TARGET_ROWS)
         if len(pieces) == 1:
             return pieces
-        values = pa.chunked_array([b.column(keys[0]) for b in source(self._arrow_schema(dt))],
-                                  self._arrow_schema(dt).field(keys[0]).type)
+        schema = self._arrow_schema(dt)
+        values = pa.chunked_array([b.column(keys[0]) for b in source(schema)], schema.field(keys[0]).type)
         held = [p for p in pieces
                 if pc.any(pc.and_(pc.greater_equal(values, p[0]), pc.less_equal(values, p[1]))).as_py()]
         return held or [key_range]
