@@ -291,6 +291,16 @@ class PrivateAirflowDeployment(PrivateServer):
             raise
         return entry.get("value")
 
+    def upstream_asset_events(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        """The asset events a run consumed. (Airflow 3.3's ``/assets/events`` answers 500 while a run one of its
+        events created is queued: that run's null ``start_date`` fails the response model.)"""
+        q = lambda s: urllib.parse.quote(s, safe="")  # noqa: E731
+        return self.api("GET", f"/api/v2/dags/{q(dag_id)}/dagRuns/{q(run_id)}/upstreamAssetEvents")["asset_events"]
+
+    def delete_run(self, dag_id: str, run_id: str) -> None:
+        q = lambda s: urllib.parse.quote(s, safe="")  # noqa: E731
+        self.api("DELETE", f"/api/v2/dags/{q(dag_id)}/dagRuns/{q(run_id)}")
+
     def task_log(self, dag_id: str, run_id: str, task_id: str, lines: int = 60) -> str:
         """The tail of every attempt's log of a task in a run (mapped tasks: of each index), for messages."""
         folder = self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"

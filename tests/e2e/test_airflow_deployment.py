@@ -192,7 +192,7 @@ def test_continuous_pipeline_in_an_airflow_deployment(source_db, postgres, tmp_p
             dep.check_running()
             source_db.execute("UPDATE orders SET v = v + 1 WHERE id = %s", (next(changes),))
             ran = [r for r, s in dep.run_states(CONSUMER).items() if s == "success"]
-            events = dep.api("GET", "/api/v2/assets/events?limit=100&order_by=-timestamp")["asset_events"]
+            events = [e for r in ran for e in dep.upstream_asset_events(CONSUMER, r)]
             batches = [e for e in events if e["uri"] == uri and e["extra"].get("from_trigger")]
             return ran and batches and (ran, batches)
 
@@ -202,6 +202,9 @@ def test_continuous_pipeline_in_an_airflow_deployment(source_db, postgres, tmp_p
         assert payload["kind"] == "stream batches" and payload["table"] == orders and payload["rows"] > 0, payload
         assert payload["launch_id"] == launch.launch_id, payload
         dep.airflow("dags", "pause", CONSUMER)
+        for run_id, run_state in dep.run_states(CONSUMER).items():
+            if run_state == "queued":  # never starts while paused; /assets/events (read at the end) fails on it
+                dep.delete_run(CONSUMER, run_id)
         lease = state.read_lease()
         assert lease is not None and lease.launch_id == launch.launch_id, lease
         assert lease.holder == f"{DAG_ID}/{scheduled}/stream", lease
