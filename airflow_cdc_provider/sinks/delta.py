@@ -36,6 +36,7 @@ snapshot epoch and table version its columns are at (``schema_record``), so a cr
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import re
@@ -70,8 +71,13 @@ from airflow_cdc_provider.state.store import table_dir_name
 
 log = logging.getLogger("airflow_cdc.delta")
 
+# the smallest and largest value (both included) of a table's first key column among some rows: an integer or a
+# string (``orderable_key``)
+KeyRange = tuple[Any, Any]
+
 DELETED = "_cdc_deleted"  # a tombstone: the key is gone as of the row's version
 CHUNK = "_cdc_chunk"  # "<epoch>:<index>" of the snapshot chunk that last wrote the row; NULL for stream rows
+IN_WINDOW = "_cdc_in_window"  # a replaced row's key is the window's (``WrittenDeltaWindow._carry``)
 KEY_PROPERTY = "airflow_cdc.key"  # the table's key (JSON list), checked at every prepare
 EMPTIED_PROPERTY = "airflow_cdc.emptied_at"  # version of the newest truncate or drop ("seq,pos,row")
 STATS_PROPERTY = "delta.dataSkippingStatsColumns"  # the columns whose min, max and null count files state
@@ -292,7 +298,7 @@ def merge_pieces(files: list, key: str | None) -> list[tuple[list, tuple[int, in
     return pieces
 
 
-def within(source: Callable[[Any], Any], key: str, key_range: tuple[int, int]) -> Callable[[Any], Any]:
+def within(source: Callable[[Any], Any], key: str, key_range: KeyRange) -> Callable[[Any], Any]:
     """``source`` (a function of the table's Arrow schema giving a reader of rows) with only the rows whose
     ``key`` lies in ``key_range``."""
     def filtered(schema):
@@ -313,11 +319,14 @@ def within(source: Callable[[Any], Any], key: str, key_range: tuple[int, int]) -
     return filtered
 
 
-def target_pieces(dt, key: str, key_range: tuple[int, int], max_rows: int) -> list[tuple[int, int]]:
-    """``key_range`` cut into consecutive ranges (ascending, together exactly it) over each of which the files of
-    ``dt`` that may hold its keys, by their statistics of the integer ``key``, hold about ``max_rows`` rows at
-    most (a file holding more, or files spanning a cut, count in each range they meet). One range when they hold
-    fewer in all, or when a file states no range of ``key`` (every MERGE would read it anyway)."""
+def target_cuts(dt, key: str, key_range: KeyRange, max_rows: int) -> list:
+    """Where to cut ``key_range`` (ascending keys: a piece starts at each) so that the files of ``dt`` whose
+    smallest ``key`` in the range falls in a piece, by their statistics of ``key`` (a table's first key column,
+    an integer or a string), hold about ``max_rows`` rows at most (a file holding more makes a piece alone; a
+    file spanning a cut is read by each piece it meets, though counted in one). A cut falls only where a file
+    starts, so one value of a composite key's first column held by more rows stays in one piece. No cut when the
+    files hold fewer rows in all, or when a file states no range of ``key`` (every MERGE would read it anyway).
+    The statistics only place the cuts: a truncated string statistic makes a piece larger, never wrong."""
     import pyarrow as pa
 
     lo, hi = key_range
@@ -326,20 +335,20 @@ def target_pieces(dt, key: str, key_range: tuple[int, int], max_rows: int) -> li
         low, high, rows = a.get(f"min.{key}"), a.get(f"max.{key}"), a.get("num_records")
         if low is None or high is None:
             if rows is None or a.get(f"null_count.{key}") != rows:  # no statistics of the key: it may hold any
-                return [key_range]
+                return []
             continue
         if high >= lo and low <= hi:
             spans.append((max(low, lo), rows))
     if sum(r for _, r in spans) <= max_rows:
-        return [key_range]
-    cuts, held = [], 0
+        return []
+    cuts: list = []
+    held = 0
     for start, rows in sorted(spans):
         if held and held + rows > max_rows and start > (cuts[-1] if cuts else lo):
             cuts.append(start)
             held = 0
         held += rows
-    bounds = [lo, *cuts]
-    return [(b, (bounds[i + 1] - 1) if i + 1 < len(bounds) else hi) for i, b in enumerate(bounds)]
+    return cuts
 
 
 def chunk_tags(epoch: int, indexes) -> list[str]:
@@ -355,33 +364,93 @@ def may_hold_chunks(dt, epoch: int, indexes) -> bool:
     return may_hold_values(dt, CHUNK, chunk_tags(epoch, indexes))
 
 
-def retried_sweep(epoch: int, retried: set[int], low_watermark: Version) -> Callable[[Any], Any] | None:
-    """For the MERGE of a window with ``retried`` chunks: its clause making tombstones of the rows an earlier
-    attempt of those chunks wrote that the MERGE's source lacks (deleted before the retry's low watermark), at
-    that watermark, so that an older change written later cannot bring them back. None: no retried chunk."""
-    if not retried:
-        return None
-    tags = ", ".join(literal(t) for t in chunk_tags(epoch, retried))
-    sweep = (f"NOT t.{ident(DELETED)} AND t._cdc_op = 'r' AND t.{ident(CHUNK)} IN ({tags}) AND "
-             f"{older_than('t', tuple(low_watermark))}")
-    gone = {ident(c): str(int(v)) for c, v in zip(VERSION_COLUMNS, low_watermark)}
-
-    def extra(merger):
-        return merger.when_not_matched_by_source_update(
-            updates={ident(DELETED): "true", ident("_cdc_op"): "'d'", **gone}, predicate=sweep)
-
-    return extra
-
-
-def integer_key_range(rows, keys: list[str]) -> tuple[int, int] | None:
-    """The smallest and largest key of ``rows`` (a pyarrow Table) for a single integer key; None otherwise."""
+def window_keys(source: Callable[[Any], Any], schema, keys: list[str]):
+    """The distinct keys of the rows ``source(schema)`` gives, in the table's types (a pyarrow Table)."""
     import pyarrow as pa
+
+    read = pa.Table.from_batches([b.select(keys) for b in source(schema)], pa.schema([schema.field(k) for k in keys]))
+    return read.group_by(keys).aggregate([])
+
+
+def retried_tombstones(dt, keys: list[str], read, tags: list[str], low_watermark: Version):
+    """For the MERGE of a window whose chunks ``tags`` were retried (``read``: the keys it read, ``window_keys``):
+    the rows an earlier attempt of those chunks wrote that the window lacks (deleted before the retry read them)
+    as tombstones at the retry's low watermark, so that an older change written later cannot bring them back; a
+    pyarrow Table of the table's schema. Only the files whose statistics of ``_cdc_chunk`` may hold those chunks
+    are read, so the MERGE can go in pieces of the table's key ranges like any other. Rows the stream changed
+    since, tombstones, and rows not older than that watermark are not the earlier attempt's as read."""
+    import pyarrow as pa
+    from deltalake.query import QueryBuilder
+
+    schema = pa.schema(dt.schema().to_arrow())
+    listed = ", ".join(literal(t) for t in tags)
+    earlier = QueryBuilder().register("t", dt).execute(  # delta-rs skips the files by their statistics
+        f"SELECT * FROM t WHERE {ident(CHUNK)} IN ({listed}) AND NOT {ident(DELETED)} AND _cdc_op = 'r' "
+        f"AND {older_than(None, tuple(low_watermark))}")
+    gone = []
+    for batch in pa.RecordBatchReader.from_stream(earlier):
+        rows = pa.Table.from_batches([batch]).select(schema.names).cast(schema)  # DataFusion's types: the table's
+        if rows.num_rows:  # joined by key and position only: a join carries fewer types than a table holds
+            at = pa.table({**{k: rows.column(k) for k in keys}, "_cdc_at": pa.array(range(rows.num_rows))})
+            lacked = at.join(read, keys, join_type="left anti").column("_cdc_at")
+            if len(lacked):
+                gone.append(rows.take(lacked))
+    tombstones = pa.concat_tables(gone) if gone else schema.empty_table()
+    n = tombstones.num_rows
+    marks = {DELETED: pa.repeat(pa.scalar(True), n), "_cdc_op": pa.repeat(pa.scalar("d"), n),
+             **{c: pa.repeat(pa.scalar(int(v), schema.field(c).type), n) for c, v in zip(VERSION_COLUMNS, low_watermark)}}
+    for name, values in marks.items():
+        tombstones = tombstones.set_column(schema.get_field_index(name), schema.field(name), values)
+    return tombstones
+
+
+def swept_clause(tags: list[str]) -> str:
+    """Which rows a retried window's tombstone (a deleted source row at its low watermark) may take: a row its
+    chunks' earlier attempt wrote as read, as the row is at the commit (the stream may have changed it since the
+    tombstones were found), and older than the tombstone."""
+    listed = ", ".join(literal(t) for t in tags)
+    return (f"s.{ident(DELETED)} AND NOT t.{ident(DELETED)} AND t._cdc_op = 'r' AND t.{ident(CHUNK)} IN ({listed}) "
+            f"AND {older_than('t', 's')}")
+
+
+def orderable_key(arrow_type) -> bool:
+    """Whether a first key column of ``arrow_type`` bounds a MERGE's keys (its ON clause and pieces): integers and
+    strings, which the files' statistics, pyarrow and delta-rs's SQL order alike (strings by their bytes)."""
+    import pyarrow as pa
+
+    return pa.types.is_integer(arrow_type) or pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
+
+
+def key_literal(value) -> str:
+    """A key bound as a delta-rs SQL literal."""
+    return str(int(value)) if isinstance(value, int) else literal(value)
+
+
+def first_key_range(rows, keys: list[str]) -> KeyRange | None:
+    """The smallest and largest value of ``rows``'s (a pyarrow Table) first key column, when it is an integer or
+    a string; None otherwise. Rows of equal keys have equal first columns, so it bounds a composite key's too."""
     import pyarrow.compute as pc
 
-    if len(keys) != 1 or not rows.num_rows or not pa.types.is_integer(rows.schema.field(keys[0]).type):
+    if not keys or not rows.num_rows or not orderable_key(rows.schema.field(keys[0]).type):
         return None
     bounds = pc.min_max(rows[keys[0]]).as_py()
-    return bounds["min"], bounds["max"]
+    return None if bounds["min"] is None else (bounds["min"], bounds["max"])
+
+
+def span(*ranges: KeyRange | None) -> KeyRange | None:
+    """The smallest range holding each given one (None: no range given)."""
+    given = [r for r in ranges if r is not None]
+    return (min(r[0] for r in given), max(r[1] for r in given)) if given else None
+
+
+def dataset_key_range(dataset, keys: list[str]) -> KeyRange | None:
+    """``first_key_range`` of a pyarrow dataset's rows, reading only the first key column."""
+    import pyarrow as pa
+
+    if not orderable_key(dataset.schema.field(keys[0]).type):
+        return None
+    return span(*(first_key_range(pa.Table.from_batches([b]), keys)
+                  for b in dataset.to_batches(columns=[keys[0]], batch_size=1 << 20)))
 
 
 class DeltaLayout:
@@ -670,37 +739,38 @@ class DeltaSink(FileSink):
         return True
 
     def _merge(self, table: str, keys: list[str], source: Callable[[Any], Any], app: tuple[str, int] | None,
-               what: str, snapshot: bool = False, extra: Callable[[Any], Any] | None = None,
-               key_range: tuple[int, int] | None = None, take_over: bool = True) -> dict[str, Any] | None:
+               what: str, snapshot: bool = False, key_range: KeyRange | None = None,
+               take_over: bool = True, swept: list[str] | None = None) -> dict[str, Any] | None:
         """MERGE the rows ``source(schema)`` gives (a RecordBatchReader of the table's columns) by key, each
         applied only if newer than the stored row (inserted only if newer than the last truncate or drop), in
         one commit carrying the application transaction ``app`` = (id, version). None if ``app`` was committed
-        already. ``snapshot``: the rows also take over ``_cdc_chunk`` (a stream change leaves it, so the sweep
-        of a retried chunk never takes a row the stream wrote). ``extra``: more clauses for the merger.
-        ``key_range``: the smallest and largest key of the rows (a single integer key), which lets delta-rs read
-        only the files that may hold them, and lets commits of disjoint ranges (parallel snapshot windows) pass
-        each other without a conflict; not with ``extra``, whose clauses may be about rows outside it.
+        already. ``snapshot``: the rows also take over ``_cdc_chunk`` (a stream change leaves it, so a retried
+        chunk's tombstones never take a row the stream wrote). ``key_range``: the smallest and largest first key
+        column of the rows (``first_key_range``), which lets delta-rs read only the files that may hold them, and
+        lets commits of disjoint ranges (parallel snapshot windows) pass each other without a conflict.
         ``take_over``: a snapshot row of a live row's very version takes it over (its chunk); False for changes
-        under their own positions, which the stream may have written already. Where the table's files in
-        ``key_range`` hold more than ``MERGE_TARGET_ROWS`` rows, the rows go in one MERGE per ``target_pieces``
-        range holding some of them (delta-rs reads every row of the files a MERGE may touch), only the last
-        carrying ``app``: a replay after a kill between them finds the earlier ones' rows not older and leaves
-        them."""
-        pieces = self._merge_pieces(table, keys, source, key_range, app) if extra is None else [key_range]
+        under their own positions, which the stream may have written already. ``swept``: the tags of a retried
+        window's chunks, whose tombstones among the rows (``retried_tombstones``) take only what
+        ``swept_clause`` lets them, and insert nothing. Where the table's files in
+        ``key_range`` hold more than ``MERGE_TARGET_ROWS`` rows, the rows go in one MERGE per piece of that range
+        (``target_cuts``) holding some of them (delta-rs reads every row of the files a MERGE may touch), only the
+        last carrying ``app``: a replay after a kill between them finds the earlier ones' rows not older and
+        leaves them."""
+        pieces = self._merge_pieces(table, keys, source, key_range, app)
         if not pieces:
             log.info("%s: %s already committed (%s); skipped", table, what, app[0])
             return None
         if len(pieces) == 1:
-            return self._merge_one(table, keys, source, app, what, snapshot, extra, key_range, take_over)
+            return self._merge_one(table, keys, source, app, what, snapshot, key_range, take_over, swept)
         metrics = None
         for n, piece in enumerate(pieces, 1):
             metrics = self._merge_one(table, keys, within(source, keys[0], piece), app if n == len(pieces) else None,
-                                      f"{what} (part {n} of {len(pieces)})", snapshot, None, piece, take_over)
+                                      f"{what} (part {n} of {len(pieces)})", snapshot, piece, take_over, swept)
         return metrics
 
     def _merge_one(self, table: str, keys: list[str], source: Callable[[Any], Any], app: tuple[str, int] | None,
-                   what: str, snapshot: bool, extra: Callable[[Any], Any] | None, key_range: tuple[int, int] | None,
-                   take_over: bool) -> dict[str, Any] | None:
+                   what: str, snapshot: bool, key_range: KeyRange | None, take_over: bool,
+                   swept: list[str] | None = None) -> dict[str, Any] | None:
         """One MERGE of ``_merge``'s, in one commit (retried on a conflict)."""
         from deltalake.transaction import CommitProperties, Transaction
 
@@ -724,17 +794,21 @@ class DeltaSink(FileSink):
                 custom_metadata={"airflow_cdc": what},
                 app_transactions=[Transaction(app[0], app[1])] if app is not None else None)
             on = [f"t.{ident(k)} = s.{ident(k)}" for k in keys]
-            if key_range is not None and extra is None:
-                on += [f"t.{ident(keys[0])} >= {int(key_range[0])}", f"t.{ident(keys[0])} <= {int(key_range[1])}"]
+            if key_range is not None:
+                on += [f"t.{ident(keys[0])} >= {key_literal(key_range[0])}",
+                       f"t.{ident(keys[0])} <= {key_literal(key_range[1])}"]
             merger = dt.merge(source(self._arrow_schema(dt)), " AND ".join(on), source_alias="s", target_alias="t",
                               commit_properties=props)
             newer = older_than("t", "s")
             if snapshot and take_over:  # a snapshot row of the live row's version (the same state) takes it over
                 newer = f"({newer} OR ({same_version('t', 's')} AND NOT t.{ident(DELETED)}))"
+            if swept:  # the retried window's tombstones: the first clause a source row meets is the one applied
+                gone = [ident(DELETED), ident("_cdc_op"), *map(ident, VERSION_COLUMNS)]
+                merger = merger.when_matched_update(updates={c: f"s.{c}" for c in gone}, predicate=swept_clause(swept))
+                newer = f"NOT s.{ident(DELETED)} AND {newer}"
+                insert_if = f"NOT s.{ident(DELETED)}" + (f" AND {insert_if}" if insert_if else "")
             merger = merger.when_matched_update(updates=updates, predicate=newer)
             merger = merger.when_not_matched_insert_all(predicate=insert_if)
-            if extra is not None:
-                merger = extra(merger)
             metrics = merger.execute()
             log.info("%s: %s: %d rows in, %d inserted, %d updated (the others were older than the table's)",
                      table, what, metrics["num_source_rows"], metrics["num_target_rows_inserted"],
@@ -744,27 +818,74 @@ class DeltaSink(FileSink):
         return committing(f"{table}: {what}", attempt)
 
     def _merge_pieces(self, table: str, keys: list[str], source: Callable[[Any], Any],
-                      key_range: tuple[int, int] | None, app: tuple[str, int] | None) -> list[tuple[int, int] | None]:
-        """The key ranges of ``_merge``'s MERGEs: ``target_pieces`` of ``key_range`` (a single integer key) that
-        hold a key of the rows, or just ``key_range``; none when ``app`` is committed already (a replay, whose
-        pieces before the last would otherwise run again for nothing)."""
+                      key_range: KeyRange | None, app: tuple[str, int] | None) -> list[KeyRange | None]:
+        """The key ranges of ``_merge``'s MERGEs: for each piece of ``key_range`` between ``target_cuts`` that holds
+        some of the rows, the smallest and largest first key column of those (together, every row once); or just
+        ``key_range``; none when ``app`` is committed already (a replay, whose pieces before the last would
+        otherwise run again for nothing)."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        dt = self.open_table(table) if key_range is not None and len(keys) == 1 else None
+        dt = self.open_table(table) if key_range is not None else None
         if dt is None:
             return [key_range]
         done = dt.transaction_version(app[0]) if app is not None else None
         if done is not None and done >= app[1]:
             return []
-        pieces = target_pieces(dt, keys[0], key_range, MERGE_TARGET_ROWS)
-        if len(pieces) == 1:
-            return pieces
+        cuts = target_cuts(dt, keys[0], key_range, MERGE_TARGET_ROWS)
+        if not cuts:
+            return [key_range]
         schema = self._arrow_schema(dt)
         values = pa.chunked_array([b.column(keys[0]) for b in source(schema)], schema.field(keys[0]).type)
-        held = [p for p in pieces
-                if pc.any(pc.and_(pc.greater_equal(values, p[0]), pc.less_equal(values, p[1]))).as_py()]
-        return held or [key_range]
+        pieces = []
+        for low, high in zip([None, *cuts], [*cuts, None]):
+            held = values
+            if low is not None:
+                held = held.filter(pc.greater_equal(held, low))
+            if high is not None:
+                held = held.filter(pc.less(held, high))
+            bounds = pc.min_max(held).as_py()
+            if bounds["min"] is not None:
+                pieces.append((bounds["min"], bounds["max"]))
+        return pieces or [key_range]
+
+    def _merge_retried(self, table: str, keys: list[str], source: Callable[[Any], Any],
+                       app: tuple[str, int] | None, what: str, epoch: int, retried: set[int],
+                       low_watermark: Version) -> None:
+        """``_merge`` of a window with ``retried`` chunks (its rows as snapshot rows): the rows of those chunks an
+        earlier attempt wrote and the window lacks become tombstones in the same MERGE (``retried_tombstones``),
+        bounded by the first key column of the rows and the tombstones together. Then the same search once more:
+        an attempt thought dead may have committed such rows meanwhile, which a further MERGE makes tombstones."""
+        import pyarrow as pa
+
+        dt = self.open_table(table)
+        if dt is None:
+            raise SinkError(f"{table}: no Delta table at {self.layout.table_uri(table)}; the job's prepare step "
+                            "creates it: run the table's snapshot first")
+        done = dt.transaction_version(app[0]) if app is not None else None
+        if done is not None and done >= app[1]:
+            log.info("%s: %s already committed (%s at %d); skipped", table, what, app[0], done)
+            return
+        read = window_keys(source, self._arrow_schema(dt), keys)
+        tags = chunk_tags(epoch, retried)
+        tombstones = retried_tombstones(dt, keys, read, tags, low_watermark)
+        log.info("%s: %s: %d rows of retried chunks %s the window lacks become tombstones", table, what,
+                 tombstones.num_rows, sorted(retried))
+
+        def with_tombstones(schema):
+            return pa.RecordBatchReader.from_batches(schema, itertools.chain(
+                source(schema), (conform(b, schema, table) for b in tombstones.to_batches())))
+
+        self._merge(table, keys, with_tombstones, app, what, snapshot=True,
+                    key_range=span(first_key_range(read, keys), first_key_range(tombstones, keys)), swept=tags)
+        late = retried_tombstones(self.open_table(table), keys, read, tags, low_watermark)
+        if late.num_rows:
+            log.warning("%s: %s: %d more rows of retried chunks %s were committed meanwhile; made tombstones",
+                        table, what, late.num_rows, sorted(retried))
+            self._merge(table, keys, lambda schema: pa.RecordBatchReader.from_batches(
+                schema, (conform(b, schema, table) for b in late.to_batches())), None,
+                f"{what}, rows of its chunks committed meanwhile", snapshot=True,
+                key_range=first_key_range(late, keys), swept=tags)
 
     @staticmethod
     def _arrow_schema(dt):
@@ -772,23 +893,11 @@ class DeltaSink(FileSink):
 
         return pa.schema(dt.schema().to_arrow())
 
-    def _key_range(self, staged: str, types) -> tuple[int, int] | None:
-        """The smallest and largest key of the staged rows, for a single integer key (None otherwise)."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        keys = types.schema.key_columns
-        if len(keys) != 1 or not self.layout.parquet_files(staged):
+    def _key_range(self, staged: str, types) -> KeyRange | None:
+        """The smallest and largest first key column of the staged rows (``first_key_range``)."""
+        if not self.layout.parquet_files(staged):
             return None
-        if not pa.types.is_integer(data_schema(types).field(keys[0]).type):
-            return None
-        lo = hi = None
-        for b in self.layout.dataset(staged).to_batches(columns=[keys[0]], batch_size=1 << 20):
-            mm = pc.min_max(b.column(0)).as_py()
-            if mm["min"] is not None:
-                lo = mm["min"] if lo is None else min(lo, mm["min"])
-                hi = mm["max"] if hi is None else max(hi, mm["max"])
-        return None if lo is None else (lo, hi)
+        return dataset_key_range(self.layout.dataset(staged), list(types.schema.key_columns))
 
     def _staged_source(self, staged: str, table: str, add: Callable[[Any], Any] | None = None):
         """A function of the table's Arrow schema giving a reader of the staged rows (``add`` completes each
@@ -905,7 +1014,7 @@ class DeltaSink(FileSink):
         def source(schema):
             return pa.RecordBatchReader.from_batches(schema, (conform(b, schema, table) for b in rows.to_batches()))
 
-        self._merge(table, keys, source, app, f"stream batch {batch_id}", key_range=integer_key_range(rows, keys))
+        self._merge(table, keys, source, app, f"stream batch {batch_id}", key_range=first_key_range(rows, keys))
 
     def commit_changes(self, types, staging: str, app: tuple[str, int]) -> None:
         """MERGE the staged changes (the table's columns, one row per key) under ``app`` = (app id, batch id),
@@ -1168,10 +1277,12 @@ class StagedDeltaWindow(FoldedWindow):
 
     def _merge(self, staged: str, version: Version, app: tuple[str, int], what: str) -> None:
         add = partial(snapshot_rows, epoch=self.epoch, version=tuple(version))
-        self.sink._merge(self.table, list(self.types.schema.key_columns),
-                         self.sink._staged_source(staged, self.table, add), app, what, snapshot=True,
-                         extra=retried_sweep(self.epoch, self.retried, self.low_watermark),
-                         key_range=self.sink._key_range(staged, self.types))
+        keys, source = list(self.types.schema.key_columns), self.sink._staged_source(staged, self.table, add)
+        if self.retried:
+            self.sink._merge_retried(self.table, keys, source, app, what, self.epoch, self.retried, self.low_watermark)
+        else:
+            self.sink._merge(self.table, keys, source, app, what, snapshot=True,
+                             key_range=self.sink._key_range(staged, self.types))
 
 
 class WrittenDeltaWindow:
@@ -1328,6 +1439,8 @@ class WrittenDeltaWindow:
 
         from pyspark.sql import functions as F
 
+        from airflow_cdc_provider.spark.session import observation
+
         storage, keys = self.sink.layout.storage, list(self.types.schema.key_columns)
         carried = f"{self.dir}/carried"
         storage.rmtree(f"{self.table_dir}/{carried}")  # an earlier attempt's, for other files
@@ -1339,14 +1452,18 @@ class WrittenDeltaWindow:
             old = self.sink.spark.read.option("mergeSchema", "true").parquet(
                 *[storage.location(f"{self.table_dir}/{unquote(f.path)}") for f in taken])
             window = self.sink.spark.read.parquet(
-                *[storage.location(f"{self.table_dir}/{f.path}") for f in files]).select(*keys)
+                *[storage.location(f"{self.table_dir}/{f.path}") for f in files]).select(*keys) \
+                .withColumn(IN_WINDOW, F.lit(True))
             replaced = f"({older_than(None, lw)} OR ({same_version(None, lw)} AND NOT {DELETED}))"
-            with self._data_file_conf():
-                newer = old.join(window, keys, "left_semi").where(~F.expr(replaced)).limit(1).count()
-            if newer:
+            # one pass over the replaced files: the rows the window lacks written, those it holds counted when
+            # newer than it (then the carried files are discarded with the window's, and the window MERGEd)
+            counted = observation(self.sink.spark, f"airflow_cdc_carry_{uuid.uuid4().hex}")
+            joined = old.join(window, keys, "left").observe(
+                counted, F.count_if(F.col(IN_WINDOW).isNotNull() & ~F.expr(replaced)).alias("newer"))
+            self._write_files(joined.where(F.col(IN_WINDOW).isNull()).select(*self._columns({})), carried)
+            if counted.get["newer"]:
                 log.info("%s: a row the window would replace is newer than it", self.table)
                 return None
-            self._write_files(old.join(window, keys, "left_anti").select(*self._columns({})), carried)
         except Exception as exc:  # a MERGE does it row by row whatever the files hold
             log.warning("%s: the files the window would replace are not read as the table's (%s)", self.table,
                         str(exc).splitlines()[0])
@@ -1385,28 +1502,41 @@ class WrittenDeltaWindow:
     def _merge_files(self, files, app: tuple[str, int] | None, what: str) -> None:
         """MERGE the rows of the window's ``files``, in pieces of at most ``MERGE_PIECE_ROWS`` rows (files of
         neighbouring key ranges, for a single integer key): delta-rs holds a MERGE's source rows in memory. Only
-        the last piece's commit carries ``app``."""
+        the last piece's commit carries ``app``. Each MERGE is bounded by its rows' range of the first key column
+        (by the files' statistics of an integer key, else read from the rows: ``first_key_range``), which
+        ``DeltaSink._merge`` cuts further by the table's files. Retried chunks: all the files in one
+        ``DeltaSink._merge_retried``, whose tombstones are the earlier attempt's rows none of them holds."""
         import pyarrow as pa
 
         storage, table = self.sink.layout.storage, self.table
         keys = list(self.types.schema.key_columns)
-        # retried chunks: one MERGE, whose rows the earlier attempt's lack are the ones it makes tombstones
-        by = keys[0] if len(keys) == 1 and pa.types.is_integer(self.schema.field(keys[0]).type) else None
-        pieces = merge_pieces(files, None if self.retried else by)
-        for n, (piece, key_range) in enumerate(pieces, 1):
+
+        def source_of(piece):
             paths = [storage.path(f"{self.table_dir}/{f.path}") for f in piece]
 
-            def source(schema, paths=paths):
+            def source(schema):
                 batches = self.sink.layout.files(paths).to_batches(batch_size=BATCH_ROWS, batch_readahead=READ_AHEAD,
                                                                    fragment_readahead=1)
                 return pa.RecordBatchReader.from_batches(schema, (conform(b, schema, table) for b in batches))
 
+            return paths, source
+
+        if self.retried:
+            self.sink._merge_retried(table, keys, source_of(files)[1], app, what, self.epoch, self.retried,
+                                     self.low_watermark)
+            return
+        by = keys[0] if len(keys) == 1 and pa.types.is_integer(self.schema.field(keys[0]).type) else None
+        pieces = merge_pieces(files, by)
+        for n, (piece, key_range) in enumerate(pieces, 1):
+            paths, source = source_of(piece)
+            if key_range is None:  # no integer key statistics: the range read from the rows
+                key_range = dataset_key_range(self.sink.layout.files(paths), keys)
             self.sink._merge(table, keys, source, app if n == len(pieces) else None,
                              what if len(pieces) == 1 else f"{what} (part {n} of {len(pieces)})", snapshot=True,
-                             key_range=key_range, extra=retried_sweep(self.epoch, self.retried, self.low_watermark))
+                             key_range=key_range)
 
     def _apply_window_changes(self, changes, app: tuple[str, int], what: str,
-                              key_range: tuple[int, int] | None) -> None:
+                              key_range: KeyRange | None) -> None:
         """The binlog window onto the window's rows, as the stream would apply it: its TRUNCATE, then each
         touched key's last change under its own position (a delete as a tombstone), the last of these commits
         carrying the window's application transaction ``app``; the counts then are the window's live rows per
@@ -1430,7 +1560,7 @@ class WrittenDeltaWindow:
                                 (col("_cdc_op") == "d").alias(DELETED),
                                 F.concat(F.lit(f"{self.epoch}:"), col(CHUNK_COLUMN).cast("string")).alias(CHUNK)
                                 ).toArrow()
-            last_range = integer_key_range(last, keys)
+            last_range = first_key_range(last, keys)
 
             def source(schema):
                 return pa.RecordBatchReader.from_batches(schema, (conform(b, schema, table)
@@ -1441,9 +1571,9 @@ class WrittenDeltaWindow:
             key_range = None if key_range is None or last_range is None else \
                 (min(key_range[0], last_range[0]), max(key_range[1], last_range[1]))
         if changes.touched or changes.truncated:
-            within = [] if key_range is None else [(keys[0], ">=", key_range[0]), (keys[0], "<=", key_range[1])]
+            in_range = [] if key_range is None else [(keys[0], ">=", key_range[0]), (keys[0], "<=", key_range[1])]
             live = sink.open_table(table).to_pyarrow_table(columns=[CHUNK],
-                                                           filters=[(DELETED, "=", False), *within])
+                                                           filters=[(DELETED, "=", False), *in_range])
             tagged = live.column(0).cast(pa.string())
             tagged = tagged.filter(pc.is_in(tagged, value_set=pa.array(tags)))
             counts = {vc["values"]: vc["counts"] for vc in pc.value_counts(tagged).to_pylist()}

@@ -97,6 +97,15 @@ def is_connect(spark) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
+def observation(spark, name: str):
+    """A named ``Observation`` of the session's kind (classic or Connect)."""
+    if is_connect(spark):
+        from pyspark.sql.connect.observation import Observation
+    else:
+        from pyspark.sql import Observation
+    return Observation(name)
+
+
 def local_cores(spark) -> int | None:
     """The cores of a ``local[...]`` master running in this process (its executors are this machine), else None
     (a cluster's executors, or a Spark Connect server's, are elsewhere)."""

@@ -47,7 +47,7 @@ from airflow_cdc_provider.source.server import current_offset
 from airflow_cdc_provider.source.table_versions import sink_versions
 from airflow_cdc_provider.spark.binlog_source import image_column, register_source, source_schema
 from airflow_cdc_provider.spark.driver_batches import schema_change_records, span_bytes, table_changes
-from airflow_cdc_provider.spark.session import default_parallelism, is_connect
+from airflow_cdc_provider.spark.session import default_parallelism, is_connect, observation
 from airflow_cdc_provider.state.records import ReloadRequest, StreamStatus
 from airflow_cdc_provider.state.store import StateStore
 
@@ -216,7 +216,7 @@ class BatchWriter:
         from pyspark.sql import functions as F
 
         table = next(iter(self.image_columns))
-        observed = _observation(batch_df.sparkSession, f"airflow_cdc_batch_{batch_id}")
+        observed = observation(batch_df.sparkSession, f"airflow_cdc_batch_{batch_id}")
         # the schema changes' records (a few) are collected on the way too: the batch is read once
         changes = F.collect_list(F.when(F.col("op").isin(*KIND_OF_OP), F.struct(*CHANGE_FIELDS)))
         df = batch_df.observe(observed, F.count(F.lit(1)).alias("rows"), F.max("ts_ms").alias("newest"),
@@ -298,7 +298,7 @@ class BatchWriter:
         from pyspark.sql import functions as F
 
         tables = sorted(self.image_columns)
-        observed = _observation(batch_df.sparkSession, f"airflow_cdc_batch_{batch_id}")
+        observed = observation(batch_df.sparkSession, f"airflow_cdc_batch_{batch_id}")
         changes = F.collect_list(F.when(F.col("op").isin(*KIND_OF_OP), F.struct(*CHANGE_FIELDS)))
         batch_df = batch_df.observe(observed, *[F.count_if(F.col("table") == t).alias(f"rows_{i}")
                                                 for i, t in enumerate(tables)],
@@ -337,15 +337,6 @@ class BatchWriter:
             return {t: n for t, n in written.items() if n}, metrics["newest"] or 0
         finally:
             batch_df.unpersist()
-
-
-def _observation(spark, name: str):
-    """A named ``Observation`` of the session's kind (the foreachBatch function runs on either)."""
-    if is_connect(spark):
-        from pyspark.sql.connect.observation import Observation
-    else:
-        from pyspark.sql import Observation
-    return Observation(name)
 
 
 class StreamJob:

@@ -588,74 +588,219 @@ def test_a_retried_chunk_s_rows_are_found_by_the_files_chunk_statistics(tmp_path
     assert may_hold_chunks(DeltaTable(bare), 7, {7}), "a file without statistics of the column may hold any chunk"
 
 
+class StreamTable:
+    """A delta sink table ``db.t`` of the given source columns and key, and stream batches committed into it as
+    the stream commits them (staged rows, then ``commit_changes`` under the batch's application transaction)."""
+
+    META = [("_cdc_op", pa.string()), ("_cdc_ts_ms", pa.int64()), ("_cdc_file_seq", pa.int64()),
+            ("_cdc_pos", pa.int64()), ("_cdc_row", pa.int32()), ("_cdc_deleted", pa.bool_()),
+            ("_cdc_chunk", pa.string())]
+
+    def __init__(self, tmp_path, columns: list[tuple[str, str, pa.DataType]], key: tuple[str, ...]) -> None:
+        from airflow_cdc_provider.core.chunks import TableId
+        from airflow_cdc_provider.sinks.base import SinkConfig
+        from airflow_cdc_provider.sinks.delta import DeltaSink
+        from airflow_cdc_provider.sinks.types import TableSinkTypes
+        from airflow_cdc_provider.source.schema import Column, TableSchema
+
+        source = tuple(Column(name, kind, kind, True, None, None, None, None, None, None) for name, kind, _ in columns)
+        self.types = TableSinkTypes.of(TableSchema(TableId.parse("db.t"), source, key, key))
+        self.sink = DeltaSink(SinkConfig(type="delta", path=str(tmp_path / "delta")), {})
+        self.sink.prepare(self.types)
+        self.uri = self.sink.layout.table_uri("db.t")
+        self.schema = pa.schema([*((name, arrow) for name, _, arrow in columns), *self.META])
+        self.key = key
+
+    def batch(self, batch_id: int, changes: list[tuple[dict, bool]], app: str = "airflow-cdc:db.t:stream:q") -> None:
+        """``changes``: (row, deleted) each, in binlog order."""
+        import pyarrow.parquet as pq
+
+        staged = self.sink.layout.staging_dir("db.t")
+        self.sink.layout.storage.fs.makedirs(self.sink.layout.storage.path(staged), exist_ok=True)
+        rows = [{**row, "_cdc_op": "d" if deleted else "u", "_cdc_ts_ms": 1, "_cdc_file_seq": 1,
+                 "_cdc_pos": 1000 * batch_id + i, "_cdc_row": 0, "_cdc_deleted": deleted, "_cdc_chunk": None}
+                for i, (row, deleted) in enumerate(changes)]
+        pq.write_table(pa.Table.from_pylist(rows, schema=self.schema),
+                       self.sink.layout.storage.path(staged) + "/part-0.parquet")
+        self.sink.commit_changes(self.types, staged, (app, batch_id))
+
+    def commits_since(self, version: int) -> list[dict]:
+        return [c for c in reversed(DeltaTable(self.uri).history()) if c["version"] > version]
+
+    def txns_since(self, version: int) -> list[int]:
+        return [json.loads(line)["txn"]["version"] for c in self.commits_since(version)
+                for line in (Path(self.uri) / "_delta_log" / f"{c['version']:020d}.json").read_text().splitlines()
+                if '"txn"' in line]
+
+    def state(self) -> dict:
+        """Every row by its key (a key held twice would shrink it: compare its size with the table's)."""
+        table = DeltaTable(self.uri).to_pyarrow_table().to_pylist()
+        return {tuple(r[k] for k in self.key): {n: r[n] for n in self.schema.names if n not in self.key
+                                                and n in ("v", "_cdc_deleted")} for r in table}
+
+    def rows(self) -> int:
+        return DeltaTable(self.uri).to_pyarrow_table().num_rows
+
+
 def test_a_merge_over_many_rows_of_the_table_goes_in_pieces_of_its_files_key_ranges(tmp_path, monkeypatch):
     """delta-rs reads every row of the files a MERGE may touch, so a stream batch whose keys spread over a table
     larger than ``MERGE_TARGET_ROWS`` is MERGEd once per range of the table's files (by their key statistics)
     that holds one of its keys, only the last commit carrying the batch's transaction; the result is the single
     MERGE's, and the same changes applied again (a replay after a kill between the pieces) change nothing."""
     import airflow_cdc_provider.sinks.delta as delta
-    from airflow_cdc_provider.core.chunks import TableId
-    from airflow_cdc_provider.sinks.base import SinkConfig
-    from airflow_cdc_provider.sinks.delta import DeltaSink, target_pieces
-    from airflow_cdc_provider.sinks.types import TableSinkTypes
-    from airflow_cdc_provider.source.schema import Column, TableSchema
+    from airflow_cdc_provider.sinks.delta import target_cuts
 
-    def column(name, kind):
-        return Column(name, kind, kind, True, None, None, None, None, None, None)
-
-    types = TableSinkTypes.of(TableSchema(TableId.parse("db.t"), (column("id", "int"), column("v", "varchar")),
-                                          ("id",), ("id",)))
-    sink = DeltaSink(SinkConfig(type="delta", path=str(tmp_path / "delta")), {})
-    sink.prepare(types)
-    uri = sink.layout.table_uri("db.t")
-    data = pa.schema([("id", pa.int32()), ("v", pa.string())])
-    meta = [("_cdc_op", pa.string()), ("_cdc_ts_ms", pa.int64()), ("_cdc_file_seq", pa.int64()),
-            ("_cdc_pos", pa.int64()), ("_cdc_row", pa.int32()), ("_cdc_deleted", pa.bool_()),
-            ("_cdc_chunk", pa.string())]
+    t = StreamTable(tmp_path, [("id", "int", pa.int32()), ("v", "varchar", pa.string())], ("id",))
+    uri = t.uri
 
     def batch(batch_id: int, changes: list[tuple[int, str | None]], app: str = "airflow-cdc:db.t:stream:q"):
-        import pyarrow.parquet as pq
-
-        staged = sink.layout.staging_dir("db.t")
-        sink.layout.storage.fs.makedirs(sink.layout.storage.path(staged), exist_ok=True)
-        rows = [{"id": k, "v": v, "_cdc_op": "d" if v is None else "u", "_cdc_ts_ms": 1, "_cdc_file_seq": 1,
-                 "_cdc_pos": 100 * batch_id + i, "_cdc_row": 0, "_cdc_deleted": v is None, "_cdc_chunk": None}
-                for i, (k, v) in enumerate(changes)]
-        pq.write_table(pa.Table.from_pylist(rows, schema=pa.schema([*data, *meta])),
-                       sink.layout.storage.path(staged) + "/part-0.parquet")
-        sink.commit_changes(types, staged, (app, batch_id))
+        t.batch(batch_id, [({"id": k, "v": v}, v is None) for k, v in changes], app)
 
     for b in range(4):  # four files of 100 keys each: [0, 99], [100, 199], ...
         batch(b, [(k, "a") for k in range(100 * b, 100 * b + 100)])
-    assert target_pieces(DeltaTable(uri), "id", (0, 399), 150) == [(0, 99), (100, 199), (200, 299), (300, 399)]
-    assert target_pieces(DeltaTable(uri), "id", (0, 399), 400) == [(0, 399)]
-    assert target_pieces(DeltaTable(uri), "id", (150, 260), 150) == [(150, 199), (200, 260)]
+    assert target_cuts(DeltaTable(uri), "id", (0, 399), 150) == [100, 200, 300]
+    assert target_cuts(DeltaTable(uri), "id", (0, 399), 400) == []
+    assert target_cuts(DeltaTable(uri), "id", (150, 260), 150) == [200]
 
     monkeypatch.setattr(delta, "MERGE_TARGET_ROWS", 150)
     before = DeltaTable(uri).version()
     changes = [(5, "b"), (150, "b"), (399, "b"), (250, None), (1000, "new")]  # none in [300, 399] but 399
     batch(4, changes)
-    history = [c for c in reversed(DeltaTable(uri).history()) if c["version"] > before]
-    assert [c["airflow_cdc"] for c in history] == [f"stream batch 4 (part {n} of 4)" for n in range(1, 5)]
-    txns = [json.loads(line)["txn"]["version"] for c in history
-            for line in (Path(uri) / "_delta_log" / f"{c['version']:020d}.json").read_text().splitlines()
-            if '"txn"' in line]
-    assert txns == [4], "only the last piece carries the batch's transaction"
+    assert [c["airflow_cdc"] for c in t.commits_since(before)] == [f"stream batch 4 (part {n} of 4)"
+                                                                  for n in range(1, 5)]
+    assert t.txns_since(before) == [4], "only the last piece carries the batch's transaction"
 
-    def state():
-        return {r["id"]: (r["v"], r["_cdc_deleted"]) for r in DeltaTable(uri).to_pyarrow_table().to_pylist()}
-
-    want = {k: ("a", False) for k in range(400)} | {5: ("b", False), 150: ("b", False), 399: ("b", False),
-                                                    250: (None, True), 1000: ("new", False)}
-    assert state() == want
+    want = {(k,): {"v": "a", "_cdc_deleted": False} for k in range(400)}
+    want |= {(k,): {"v": "b", "_cdc_deleted": False} for k in (5, 150, 399)}
+    want |= {(250,): {"v": None, "_cdc_deleted": True}, (1000,): {"v": "new", "_cdc_deleted": False}}
+    assert t.state() == want
     version = DeltaTable(uri).version()
     batch(4, changes)  # the batch replayed: committed, so no piece runs again
     assert DeltaTable(uri).version() == version
     batch(4, changes, app="airflow-cdc:db.t:stream:replayed")  # the same changes again, under another app id
-    assert state() == want
-    assert len(DeltaTable(uri).to_pyarrow_table()) == len(want), "a key doubled"
+    assert t.state() == want
+    assert t.rows() == len(want), "a key doubled"
 
     # a file stating no range of the key may hold any: every MERGE reads it, so there is nothing to cut
     DeltaTable(uri).alter.set_table_properties({"delta.dataSkippingStatsColumns": "v"})
     batch(5, [(2000, "c")])
-    assert target_pieces(DeltaTable(uri), "id", (0, 2000), 150) == [(0, 2000)]
+    assert target_cuts(DeltaTable(uri), "id", (0, 2000), 150) == []
+
+
+def test_a_composite_key_led_by_a_string_merges_in_pieces_of_its_first_column(tmp_path, monkeypatch):
+    """A table keyed by (a string, an integer) is cut the same way, by its first key column: rows of one key
+    share it, the files' statistics, pyarrow and delta-rs's SQL all order strings by their bytes, and quotes,
+    backslashes and letters beyond ASCII in the bounds reach delta-rs's SQL intact. Each piece's MERGE reads
+    only the files its rows' keys may be in."""
+    import airflow_cdc_provider.sinks.delta as delta
+    from airflow_cdc_provider.sinks.delta import target_cuts
+
+    t = StreamTable(tmp_path, [("name", "varchar", pa.string()), ("n", "int", pa.int32()),
+                               ("v", "varchar", pa.string())], ("name", "n"))
+    groups = [["a", "a'b", "a\\b"], ["b", "b'", "bz"], ["m", "m\n", "mü"], ["zz", "ä", "😀"]]  # byte order
+    for b, names in enumerate(groups):  # one file each, of 3 names x 30 numbers
+        t.batch(b, [({"name": s, "n": n, "v": "a"}, False) for s in names for n in range(30)])
+    assert target_cuts(DeltaTable(t.uri), "name", ("a", "😀"), 100) == ["b", "m", "zz"]
+
+    monkeypatch.setattr(delta, "MERGE_TARGET_ROWS", 100)
+    before = DeltaTable(t.uri).version()
+    changes = [({"name": "a'b", "n": 3, "v": "b"}, False), ({"name": "a\\b", "n": 4, "v": None}, True),
+               ({"name": "mü", "n": 5, "v": "b"}, False), ({"name": "mü", "n": 99, "v": "new"}, False),
+               ({"name": "😀", "n": 0, "v": "b"}, False), ({"name": "ä", "n": 7, "v": "b"}, False),
+               ({"name": "c'", "n": 1, "v": "new"}, False)]  # nothing of ["b", "m") but a new key
+    t.batch(4, changes)
+    commits = t.commits_since(before)
+    assert [c["airflow_cdc"] for c in commits] == [f"stream batch 4 (part {n} of 4)" for n in range(1, 5)]
+    assert t.txns_since(before) == [4], "only the last piece carries the batch's transaction"
+    scanned = [int(c["operationMetrics"]["num_target_files_scanned"]) for c in commits]
+    # each piece is bounded by its own rows' keys: its file of the four, and none for the new key alone
+    assert scanned == [1, 0, 1, 1], commits
+
+    want = {(s, n): {"v": "a", "_cdc_deleted": False} for names in groups for s in names for n in range(30)}
+    for row, deleted in changes:
+        want[(row["name"], row["n"])] = {"v": row["v"], "_cdc_deleted": deleted}
+    assert t.state() == want
+    t.batch(4, changes, app="airflow-cdc:db.t:stream:replayed")  # the same changes again, under another app id
+    assert t.state() == want
+    assert t.rows() == len(want), "a key doubled"
+
+
+def test_a_retried_window_s_tombstones_are_the_rows_of_its_chunks_an_earlier_attempt_wrote_and_it_lacks(tmp_path):
+    """The rows a retried window's MERGE makes tombstones: its retried chunks' rows as an earlier attempt read
+    them (not those the stream changed since, nor tombstones, nor rows newer than the retry's low watermark) whose
+    keys the retry did not read, each marked deleted at that watermark with its other columns kept; found
+    without opening a file whose statistics of ``_cdc_chunk`` hold no retried chunk."""
+    from airflow_cdc_provider.sinks.delta import retried_tombstones
+
+    t = StreamTable(tmp_path, [("id", "int", pa.int32()), ("v", "varchar", pa.string())], ("id",))
+    # chunk 0 of epoch 1, as its earlier attempt wrote it, then: 3 changed by the stream, 4 deleted by it, 5 read
+    # again by a newer attempt
+    write_deltalake(t.uri, snapshot_rows(t, range(10), "1:0", {3: ("u", 20, False), 4: ("d", 20, True),
+                                                              5: ("r", 900, False)}), mode="append")
+    write_deltalake(t.uri, snapshot_rows(t, range(10, 20), "1:1"), mode="append")
+    write_deltalake(t.uri, snapshot_rows(t, range(20, 30), "1:2"), mode="append")  # not retried
+    not_retried = [a["path"] for a in pa.table(DeltaTable(t.uri).get_add_actions(flatten=True)).to_pylist()
+                   if a["min._cdc_chunk"] == "1:2"]
+    (Path(t.uri) / not_retried[0]).unlink()  # opening it would fail
+
+    read = pa.table({"id": pa.array([i for i in [0, 1, 2, *range(10, 20)] if i != 12], pa.int32())})
+    tombstones = retried_tombstones(DeltaTable(t.uri), ["id"], read, ["1:0", "1:1"], (1, 500, 0))
+    got = sorted(tombstones.to_pylist(), key=lambda r: r["id"])
+    assert [r["id"] for r in got] == [6, 7, 8, 9, 12]
+    assert all(r["_cdc_deleted"] and r["_cdc_op"] == "d" and (r["_cdc_file_seq"], r["_cdc_pos"], r["_cdc_row"]) ==
+               (1, 500, 0) and r["v"] == f"v{r['id']}" and r["_cdc_chunk"] == ("1:1" if r["id"] == 12 else "1:0")
+               for r in got), got
+    assert tombstones.schema == pa.schema(DeltaTable(t.uri).schema().to_arrow())
+    assert retried_tombstones(DeltaTable(t.uri), ["id"], read, ["1:5"], (1, 500, 0)).num_rows == 0
+
+
+def snapshot_rows(t: StreamTable, ids, chunk: str, special=None, v: str = "v", pos: int = 10) -> pa.Table:
+    """Rows of ``t`` as a snapshot chunk wrote them (``special``: id -> (op, position, deleted))."""
+    out = []
+    for i in ids:
+        op, at, deleted = (special or {}).get(i, ("r", pos, False))
+        out.append({"id": i, "v": f"{v}{i}", "_cdc_op": op, "_cdc_ts_ms": 1, "_cdc_file_seq": 1, "_cdc_pos": at,
+                    "_cdc_row": -1, "_cdc_deleted": deleted, "_cdc_chunk": chunk})
+    return pa.Table.from_pylist(out, schema=t.schema)
+
+
+def test_a_retried_window_s_tombstones_take_only_rows_still_as_the_earlier_attempt_read_them(tmp_path, monkeypatch):
+    """Between the search for a retried window's tombstones and its MERGE, the stream changes and deletes rows
+    of the chunk (at positions before the retry's low watermark) and an attempt thought dead commits another
+    row: the stream's rows stay as it wrote them, the others become tombstones at the low watermark, the dead
+    attempt's row too (found again after the MERGE), and the rows the retry read are its own."""
+    import airflow_cdc_provider.sinks.delta as delta
+
+    t = StreamTable(tmp_path, [("id", "int", pa.int32()), ("v", "varchar", pa.string())], ("id",))
+    write_deltalake(t.uri, snapshot_rows(t, range(10), "1:0"), mode="append")  # the earlier attempt's
+    found = delta.retried_tombstones
+    calls = []
+
+    def racing(dt, keys, read, tags, low_watermark):
+        tombstones = found(dt, keys, read, tags, low_watermark)
+        if not calls:  # the stream's batch, and a zombie's commit of a key the retry did not read
+            t.batch(1, [({"id": 5, "v": "stream"}, False), ({"id": 6, "v": None}, True)])
+            write_deltalake(t.uri, snapshot_rows(t, [50], "1:0", v="zombie"), mode="append")
+        calls.append(tombstones.column("id").to_pylist())
+        return tombstones
+
+    monkeypatch.setattr(delta, "retried_tombstones", racing)
+    retry = snapshot_rows(t, [0, 1, 2], "1:0", v="retry", pos=5000)
+
+    def source(schema):
+        return pa.RecordBatchReader.from_batches(schema, retry.cast(schema).to_batches())
+
+    t.sink._merge_retried("db.t", ["id"], source, ("airflow-cdc:db.t:snapshot:1:0-0", 7), "snapshot epoch 1 chunks 0-0",
+                          1, {0}, (1, 5000, -1))
+    assert sorted(calls[0]) == [3, 4, 5, 6, 7, 8, 9] and calls[1] == [50]
+    rows = {r["id"]: r for r in DeltaTable(t.uri).to_pyarrow_table().to_pylist()}
+    assert len(rows) == DeltaTable(t.uri).to_pyarrow_table().num_rows == 11, "a key doubled"
+    for i in (0, 1, 2):
+        assert (rows[i]["v"], rows[i]["_cdc_deleted"], rows[i]["_cdc_pos"]) == (f"retry{i}", False, 5000)
+    assert (rows[5]["v"], rows[5]["_cdc_op"], rows[5]["_cdc_deleted"]) == ("stream", "u", False)
+    assert (rows[6]["_cdc_op"], rows[6]["_cdc_deleted"], rows[6]["_cdc_pos"]) == ("d", True, 1001)
+    for i in (3, 4, 7, 8, 9, 50):
+        assert (rows[i]["_cdc_op"], rows[i]["_cdc_deleted"], rows[i]["_cdc_pos"], rows[i]["_cdc_row"]) == \
+            ("d", True, 5000, -1), rows[i]
+        assert rows[i]["v"] == ("zombie50" if i == 50 else f"v{i}")
+    assert DeltaTable(t.uri).transaction_version("airflow-cdc:db.t:snapshot:1:0-0") == 7
