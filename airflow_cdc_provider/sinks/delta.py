@@ -244,6 +244,11 @@ def literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def literals(texts) -> str:
+    """``texts`` as a delta-rs SQL list's items."""
+    return ", ".join(literal(t) for t in texts)
+
+
 def _version_sql(alias: str | None, version: tuple[int, int, int] | str | None = None) -> tuple[str, ...]:
     if isinstance(version, str):
         return tuple(f"{version}.{c}" for c in VERSION_COLUMNS)
@@ -383,9 +388,8 @@ def retried_tombstones(dt, keys: list[str], read, tags: list[str], low_watermark
     from deltalake.query import QueryBuilder
 
     schema = pa.schema(dt.schema().to_arrow())
-    listed = ", ".join(literal(t) for t in tags)
     earlier = QueryBuilder().register("t", dt).execute(  # delta-rs skips the files by their statistics
-        f"SELECT * FROM t WHERE {ident(CHUNK)} IN ({listed}) AND NOT {ident(DELETED)} AND _cdc_op = 'r' "
+        f"SELECT * FROM t WHERE {ident(CHUNK)} IN ({literals(tags)}) AND NOT {ident(DELETED)} AND _cdc_op = 'r' "
         f"AND {older_than(None, tuple(low_watermark))}")
     gone = []
     for batch in pa.RecordBatchReader.from_stream(earlier):
@@ -408,8 +412,7 @@ def swept_clause(tags: list[str]) -> str:
     """Which rows a retried window's tombstone (a deleted source row at its low watermark) may take: a row its
     chunks' earlier attempt wrote as read, as the row is at the commit (the stream may have changed it since the
     tombstones were found), and older than the tombstone."""
-    listed = ", ".join(literal(t) for t in tags)
-    return (f"s.{ident(DELETED)} AND NOT t.{ident(DELETED)} AND t._cdc_op = 'r' AND t.{ident(CHUNK)} IN ({listed}) "
+    return (f"s.{ident(DELETED)} AND NOT t.{ident(DELETED)} AND t._cdc_op = 'r' AND t.{ident(CHUNK)} IN ({literals(tags)}) "
             f"AND {older_than('t', 's')}")
 
 
@@ -435,6 +438,22 @@ def first_key_range(rows, keys: list[str]) -> KeyRange | None:
         return None
     bounds = pc.min_max(rows[keys[0]]).as_py()
     return None if bounds["min"] is None else (bounds["min"], bounds["max"])
+
+
+def rows_source(rows, table: str) -> Callable[[Any], Any]:
+    """A MERGE source (a function of the table's Arrow schema giving a reader) of ``rows``, a pyarrow Table."""
+    import pyarrow as pa
+
+    def source(schema):
+        return pa.RecordBatchReader.from_batches(schema, (conform(b, schema, table) for b in rows.to_batches()))
+
+    return source
+
+
+def committed_before(dt, app: tuple[str, int] | None) -> int | None:
+    """The table's version of ``app``'s application id when it is ``app``'s version or later (None otherwise)."""
+    done = dt.transaction_version(app[0]) if app is not None else None
+    return done if done is not None and done >= app[1] else None
 
 
 def span(*ranges: KeyRange | None) -> KeyRange | None:
@@ -775,15 +794,11 @@ class DeltaSink(FileSink):
         from deltalake.transaction import CommitProperties, Transaction
 
         def attempt():
-            dt = self.open_table(table)
-            if dt is None:
-                raise SinkError(f"{table}: no Delta table at {self.layout.table_uri(table)}; the job's prepare step "
-                                "creates it: run the table's snapshot first")
-            if app is not None:
-                done = dt.transaction_version(app[0])
-                if done is not None and done >= app[1]:
-                    log.info("%s: %s already committed (%s at %d); skipped", table, what, app[0], done)
-                    return None
+            dt = self._existing_table(table)
+            done = committed_before(dt, app)
+            if done is not None:
+                log.info("%s: %s already committed (%s at %d); skipped", table, what, app[0], done)
+                return None
             names = [f.name for f in dt.schema().fields]
             updates = {ident(n): f"s.{ident(n)}" for n in names if n not in keys and n != CHUNK}
             if snapshot:
@@ -829,8 +844,7 @@ class DeltaSink(FileSink):
         dt = self.open_table(table) if key_range is not None else None
         if dt is None:
             return [key_range]
-        done = dt.transaction_version(app[0]) if app is not None else None
-        if done is not None and done >= app[1]:
+        if committed_before(dt, app) is not None:
             return []
         cuts = target_cuts(dt, keys[0], key_range, MERGE_TARGET_ROWS)
         if not cuts:
@@ -858,12 +872,9 @@ class DeltaSink(FileSink):
         an attempt thought dead may have committed such rows meanwhile, which a further MERGE makes tombstones."""
         import pyarrow as pa
 
-        dt = self.open_table(table)
-        if dt is None:
-            raise SinkError(f"{table}: no Delta table at {self.layout.table_uri(table)}; the job's prepare step "
-                            "creates it: run the table's snapshot first")
-        done = dt.transaction_version(app[0]) if app is not None else None
-        if done is not None and done >= app[1]:
+        dt = self._existing_table(table)
+        done = committed_before(dt, app)
+        if done is not None:
             log.info("%s: %s already committed (%s at %d); skipped", table, what, app[0], done)
             return
         read = window_keys(source, self._arrow_schema(dt), keys)
@@ -874,7 +885,7 @@ class DeltaSink(FileSink):
 
         def with_tombstones(schema):
             return pa.RecordBatchReader.from_batches(schema, itertools.chain(
-                source(schema), (conform(b, schema, table) for b in tombstones.to_batches())))
+                source(schema), rows_source(tombstones, table)(schema)))
 
         self._merge(table, keys, with_tombstones, app, what, snapshot=True,
                     key_range=span(first_key_range(read, keys), first_key_range(tombstones, keys)), swept=tags)
@@ -882,10 +893,15 @@ class DeltaSink(FileSink):
         if late.num_rows:
             log.warning("%s: %s: %d more rows of retried chunks %s were committed meanwhile; made tombstones",
                         table, what, late.num_rows, sorted(retried))
-            self._merge(table, keys, lambda schema: pa.RecordBatchReader.from_batches(
-                schema, (conform(b, schema, table) for b in late.to_batches())), None,
-                f"{what}, rows of its chunks committed meanwhile", snapshot=True,
-                key_range=first_key_range(late, keys), swept=tags)
+            self._merge(table, keys, rows_source(late, table), None, f"{what}, rows of its chunks committed meanwhile",
+                        snapshot=True, key_range=first_key_range(late, keys), swept=tags)
+
+    def _existing_table(self, table: str):
+        dt = self.open_table(table)
+        if dt is None:
+            raise SinkError(f"{table}: no Delta table at {self.layout.table_uri(table)}; the job's prepare step "
+                            "creates it: run the table's snapshot first")
+        return dt
 
     @staticmethod
     def _arrow_schema(dt):
@@ -1011,10 +1027,7 @@ class DeltaSink(FileSink):
         mid_write()
         if not rows.num_rows:
             return
-        def source(schema):
-            return pa.RecordBatchReader.from_batches(schema, (conform(b, schema, table) for b in rows.to_batches()))
-
-        self._merge(table, keys, source, app, f"stream batch {batch_id}", key_range=first_key_range(rows, keys))
+        self._merge(table, keys, rows_source(rows, table), app, f"stream batch {batch_id}", key_range=first_key_range(rows, keys))
 
     def commit_changes(self, types, staging: str, app: tuple[str, int]) -> None:
         """MERGE the staged changes (the table's columns, one row per key) under ``app`` = (app id, batch id),
@@ -1562,11 +1575,7 @@ class WrittenDeltaWindow:
                                 ).toArrow()
             last_range = first_key_range(last, keys)
 
-            def source(schema):
-                return pa.RecordBatchReader.from_batches(schema, (conform(b, schema, table)
-                                                                  for b in last.to_batches()))
-
-            sink._merge(table, keys, source, app, f"{what}, the last changes of its binlog window", snapshot=True,
+            sink._merge(table, keys, rows_source(last, table), app, f"{what}, the last changes of its binlog window", snapshot=True,
                         key_range=last_range, take_over=False)
             key_range = None if key_range is None or last_range is None else \
                 (min(key_range[0], last_range[0]), max(key_range[1], last_range[1]))
