@@ -59,9 +59,10 @@ the first job of each kind on a machine dumps. The bench keeps them in its work 
 first, in a warm-up DAG run reported on its own line (a one-time cost per machine, like a Connect server's
 start). Their Python processes start through our Python launcher (``airflow_cdc_provider.spark.launch.python_launcher``).
 Chunk jobs also run with the throughput collector (``operators.spark_submit.THROUGHPUT_GC``), the stream
-job with the client compiler only (``CLIENT_JIT``). The plain reload runs
-as users run it (none of these); a reference line gives it an archive of its own, the collector, the launcher
-and our driver settings (``spark.session.DRIVER_CONF``).
+job and chunk tasks of up to ``CLIENT_JIT_MAX_ROWS`` rows with the client compiler only (``CLIENT_JIT``). The
+plain reload runs as users run it (none of these); a reference line gives it an archive of its own, the
+collector, the compiler a chunk task of its rows gets, the launcher and our driver settings
+(``spark.session.DRIVER_CONF``).
 
 Ratios: for times, ours / baseline (lower is better); for throughput, ours / baseline (higher is better).
 """
@@ -87,7 +88,8 @@ sys.path.insert(0, str(ROOT))
 
 from airflow_cdc_provider.core.chunks import DEFAULT_CHUNK_SIZE  # noqa: E402
 from airflow_cdc_provider.core.offsets import BinlogOffset  # noqa: E402
-from airflow_cdc_provider.operators.spark_submit import THROUGHPUT_GC  # noqa: E402
+from airflow_cdc_provider.operators.snapshot import CLIENT_JIT_MAX_ROWS  # noqa: E402
+from airflow_cdc_provider.operators.spark_submit import CLIENT_JIT, THROUGHPUT_GC  # noqa: E402
 from airflow_cdc_provider.source.server import current_offset  # noqa: E402
 from airflow_cdc_provider.source.settings import ConnectionSettings  # noqa: E402
 from airflow_cdc_provider.spark.launch.class_archive import ARCHIVE_DIR_ENV  # noqa: E402
@@ -379,12 +381,14 @@ class Bench:
                          "(reference)")
         archive = self.work / f"plain-{rows}.jsa"
         self.plain_reload(db, rows, f"plain-dump-{rows}", java_options=f"-XX:ArchiveClassesAtExit={archive}")
+        jit = f" {CLIENT_JIT}" if rows <= CLIENT_JIT_MAX_ROWS else ""
         t_plain_cds = self.plain_reload(db, rows, f"plain-cds-{rows}",
-                                        java_options=f"-XX:SharedArchiveFile={archive} {THROUGHPUT_GC}",
+                                        java_options=f"-XX:SharedArchiveFile={archive} {THROUGHPUT_GC}{jit}",
                                         python=python_launcher(directory=self.work / "jvm-class-archives"),
                                         conf=DRIVER_CONF)
         self.results.add("  same vs the plain reload given our JVM and start-up aids (a class archive of its own, the "
-                         "throughput collector, our Python launcher, no class-path session extensions)",
+                         "throughput collector, the client compiler up to 2M rows, our Python launcher, no class-path session "
+                         "extensions)",
                          f"{ours:.1f} s",
                          f"{t_plain_cds:.1f} s", f"{ours / t_plain_cds:.2f}x time", "(reference)")
         if delta is not None:

@@ -16,10 +16,21 @@ from airflow_cdc_provider.pipeline.metrics import snapshot_metrics
 from airflow_cdc_provider.pipeline.resolve import load_pipeline
 from airflow_cdc_provider.state.store import planned_before_uncapture
 
+# A chunk task planned at up to this many rows runs its driver with the client compiler only (``CLIENT_JIT``) on a
+# local master: its JVM ends before the optimizing compiler's work on the shared cores pays back, while a larger
+# window reads and writes enough rows to gain from it (docs/performance.md)
+CLIENT_JIT_MAX_ROWS = 2_000_000
+
 CHUNK_LABEL_TEMPLATE = "{{ task.chunk.label }}"
 """Pass as ``map_index_template`` in ``.partial()``: the UI then names each mapped task ``db.t [a, b)`` from the
 task's start on (Airflow renders it when the task starts and again when it ends; ``{{ chunk_label }}``, set by
 ``execute``, works too, but only once the task has ended)."""
+
+
+def small_task(task: ChunkTask, chunk_size: int) -> bool:
+    """Whether ``task`` is planned at most ``CLIENT_JIT_MAX_ROWS`` rows (``chunk_size`` a chunk: an upper bound,
+    keys may be sparse), so that its job starts sooner with the client compiler only."""
+    return len(task.chunks) * chunk_size <= CLIENT_JIT_MAX_ROWS
 
 
 class SnapshotChunkOperator(CdcLineageMixin, CdcSparkSubmitOperator):
@@ -88,6 +99,7 @@ class SnapshotChunkOperator(CdcLineageMixin, CdcSparkSubmitOperator):
             self.run_on_connect(p, spec)
         else:
             name = f"{ti.dag_id}__{ti.run_id}__{ti.map_index}__{ti.try_number}.json".replace(":", "_").replace("+", "_")
+            self.client_jit = small_task(task, p.config.snapshot.chunk_size)
             self.configure_job(p, p.state.write_spec(name, spec.to_json()))
             self.submit(context)
         stored = {k: p.state.chunk_reports(*k) for k in by_table_epoch}

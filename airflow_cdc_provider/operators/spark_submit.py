@@ -47,7 +47,8 @@ THROUGHPUT_GC = "-XX:+IgnoreUnrecognizedVMOptions -XX:+UseParallelGC"
 # The stream job's driver on a local master compiles with HotSpot's client compiler (C1) only: that JVM runs the
 # Spark tasks beside the Python workers that decode the binlog, and the optimizing compiler (C2) would compile on
 # the cores they need, for JVM code (moving Arrow batches, planning batches) it runs too briefly to pay that back.
-# A chunk job's JVM reads and writes every row itself, and a large window gains from C2 (docs/performance.md).
+# So does a small chunk task's; a large window's JVM reads and writes enough rows to gain from C2
+# (``operators.snapshot.small_task``, docs/performance.md).
 CLIENT_JIT = "-XX:TieredStopAtLevel=1"
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 EMBEDDED_MASTER = "local[*]"  # where the jobs run without a Spark connection
@@ -102,8 +103,8 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
     ``class_archive`` (default True): a driver started on this machine maps a JVM class archive of its job
     (see ``spark.launch.class_archive``), which shortens the JVM's start; False starts it plain.
     A ``batch_job`` on a local master runs with the throughput collector (``THROUGHPUT_GC``) unless
-    ``spark.driver.extraJavaOptions`` picks a collector; a ``client_jit`` job (the stream), with the client
-    compiler only (``CLIENT_JIT``) unless those options set up the JIT compilers.
+    ``spark.driver.extraJavaOptions`` picks a collector; a ``client_jit`` job (the stream, a small chunk task),
+    with the client compiler only (``CLIENT_JIT``) unless those options set up the JIT compilers.
     """
 
     job: str = ""

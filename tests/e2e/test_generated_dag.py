@@ -73,6 +73,8 @@ def test_snapshot_then_stream_then_resume_then_resnapshot(airflow_home, source_d
     chunk_jobs = [c for c in commands if "snapshot_chunk.py" in c]
     stream_jobs = [c for c in commands if "binlog_stream.py" in c]
     assert len(chunk_jobs) == 5 and all("-XX:+UseParallelGC" in c for c in chunk_jobs), commands
+    # and, a small task, with the client compiler only, as the stream
+    assert all("-XX:TieredStopAtLevel=1" in c for c in chunk_jobs + stream_jobs), commands
     assert stream_jobs and not any("UseParallelGC" in c for c in stream_jobs), commands
     assert [t["try_number"] for t in orders if t is not middle[0]] == [1, 1]
     reports = [r for k, v in run1["xcom"].items() if k.startswith("snapshot_chunk[") for r in v]

@@ -4,7 +4,8 @@ theirs is kept and ours not added."""
 
 import pytest
 
-from airflow_cdc_provider.operators.snapshot import SnapshotChunkOperator
+from airflow_cdc_provider.core.chunks import Chunk, ChunkTask, TableId
+from airflow_cdc_provider.operators.snapshot import CLIENT_JIT_MAX_ROWS, SnapshotChunkOperator, small_task
 from airflow_cdc_provider.operators.spark_submit import (
     CLIENT_JIT,
     THROUGHPUT_GC,
@@ -74,6 +75,29 @@ def test_the_users_choice_wins(make, use, _, theirs):
 def test_only_batch_jobs_ask_for_the_throughput_collector_and_only_the_stream_for_the_client_compiler():
     assert SnapshotChunkOperator.batch_job and not BinlogStreamOperator.batch_job
     assert BinlogStreamOperator.client_jit and not SnapshotChunkOperator.client_jit
+
+
+def chunk_task(chunks: int) -> ChunkTask:
+    return ChunkTask([Chunk(TableId("shop", "orders"), i, ("id",), None if i == 0 else (i * 100,),
+                            None if i == chunks - 1 else ((i + 1) * 100,)) for i in range(chunks)])
+
+
+@pytest.mark.parametrize("chunks, chunk_size, small", [
+    (1, 8096, True), (122, 8096, True), (247, 8096, True),  # 1M and 2M rows of the default chunk size
+    (248, 8096, False), (1219, 8096, False),  # just over 2M rows; 10M rows, one task at the default rows_per_task
+    (1, CLIENT_JIT_MAX_ROWS, True), (2, CLIENT_JIT_MAX_ROWS, False), (3, 1_000_000, False)])
+def test_a_chunk_task_planned_at_up_to_two_million_rows_starts_on_the_client_compiler(chunks, chunk_size, small):
+    """Such a JVM ends before the optimizing compiler pays back; a larger window gains from it."""
+    assert CLIENT_JIT_MAX_ROWS == 2_000_000
+    assert small_task(chunk_task(chunks), chunk_size) is small
+
+
+def test_a_small_chunk_task_adds_the_client_compiler_unless_the_user_set_up_the_jit():
+    op = chunk_operator(conf={"spark.driver.extraJavaOptions": "-Dkeep=me"})
+    op.client_jit = small_task(chunk_task(122), 8096)
+    assert options_after(op, "_use_client_jit") == f"-Dkeep=me {CLIENT_JIT}"
+    op = chunk_operator(conf={"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=4"})
+    assert options_after(op, "_use_client_jit") == "-XX:TieredStopAtLevel=4"
 
 
 def test_without_a_spark_connection_the_jobs_run_embedded_not_on_yarn(monkeypatch):
