@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import socket
 import time
+import uuid
 from dataclasses import replace
 from typing import Any, Sequence
 
@@ -16,7 +20,7 @@ from airflow_cdc_provider.pipeline.resolve import claim_sink, load_pipeline, sin
 from airflow_cdc_provider.pipeline.table_schemas import dropped_tables, resnapshots_due
 from airflow_cdc_provider.pipeline.uncapture import held_tables
 from airflow_cdc_provider.source.validation import SourceValidationError
-from airflow_cdc_provider.state.records import PlannedSnapshot, TablePlan
+from airflow_cdc_provider.state.records import CARRY_OVER_MODE, PlannedSnapshot, StreamLease, TablePlan
 
 
 class ValidateSourceOperator(BaseOperator):
@@ -155,31 +159,56 @@ class PlanChunksOperator(BaseOperator):
             raise AirflowFailException(f"dag_run.conf resnapshot names tables this pipeline does not capture: {sorted(unknown)}")
         todo = [s for s in plan.schemas if needs_snapshot(s)]
         self._stop_a_stream_that_misses(p, {str(s.table) for s in todo}, backfill)
-        self._carry_over(p, sink, [(renames[str(s.table)], s.key_columns) for s in todo if str(s.table) in renames])
+        carried = [(renames[str(s.table)], s.key_columns) for s in todo if str(s.table) in renames]
         epoch = int(time.time() * 1000)
         chunks, tasks = plan.chunks, plan.tasks
         per_table = {str(s.table): TablePlan(epoch, sum(1 for c in chunks if c.table == s.table)) for s in todo}
         ti = context["ti"]
-        for table in per_table:
-            p.state.write_planned_snapshot(PlannedSnapshot(table, epoch, ti.dag_id, ti.run_id))
+        with self._stream_held(context, p, carried):
+            self._carry_over(p, sink, carried)
+            for table in per_table:
+                p.state.write_planned_snapshot(PlannedSnapshot(table, epoch, ti.dag_id, ti.run_id))
         ti.xcom_push(key="plan", value={t: p.to_dict() for t, p in per_table.items()})
         self.log.info("snapshot of %d table(s) in %d chunk(s), %d task(s); already finished: %s",
                       len(todo), len(chunks), len(tasks), sorted(set(finished) - set(per_table)) or "none")
         return [ChunkTask([replace(c, epoch=epoch) for c in t.chunks]).to_dict() for t in tasks]
 
-    def _carry_over(self, p, sink, renames: list) -> None:
-        """Move each renamed table's sink data to its new name before the new name's snapshot writes there
-        (``pipeline.renames``); one that cannot be moved stays dropped, and its new name is a new table."""
+    @contextlib.contextmanager
+    def _stream_held(self, context: Any, p, renames: list):
+        """With ``renames`` to carry over, the stream lease held (``CARRY_OVER_MODE``) from before the sink data
+        moves until the new names' snapshots are planned: a stream launched in between would still read the old
+        names (and write them to the sink again) and not yet wait for the new names' snapshots. A live stream's
+        lease refuses the carry-over; a stale one (its holder gone) is taken over."""
         if not renames:
+            yield
             return
+        from airflow.sdk.exceptions import AirflowException
+
         from airflow_cdc_provider.operators.stream import holder_alive
 
-        holder = p.state.read_lease()
-        if holder is not None and holder_alive(p, holder, float(p.stream.heartbeat_timeout)):
-            from airflow.sdk.exceptions import AirflowException
+        ti = context["ti"]
+        mine = StreamLease(uuid.uuid4().hex, f"{ti.dag_id}/{ti.run_id}/{ti.task_id}", int(ti.try_number or 1),
+                           socket.gethostname(), os.getpid(), CARRY_OVER_MODE)
+        while (holder := p.state.try_lease(mine)) is not None and holder.launch_id != mine.launch_id:
+            if holder_alive(p, holder, float(p.stream.heartbeat_timeout)):
+                if holder.mode == CARRY_OVER_MODE:
+                    raise AirflowException(f"{holder.holder} is carrying renamed tables over: run this task again "
+                                           "once it has finished")
+                raise AirflowException(f"the running stream ({holder.holder}) must stop before "
+                                       f"{renames[0][0].describe()} is carried over; stop it (airflow-cdc stop) and "
+                                       "run this task again")
+            self.log.warning("the stream lease of %s (try %d) is stale: taken over for the carry-over", holder.holder,
+                             holder.try_number)
+            p.state.release_lease(holder.launch_id)
+        try:
+            yield
+        finally:
+            p.state.release_lease(mine.launch_id)
 
-            raise AirflowException(f"the running stream ({holder.holder}) must stop before {renames[0][0].describe()} "
-                                   "is carried over; stop it (airflow-cdc stop) and run this task again")
+    def _carry_over(self, p, sink, renames: list) -> None:
+        """Move each renamed table's sink data to its new name before the new name's snapshot writes there
+        (``pipeline.renames``); one that cannot be moved stays dropped, and its new name is a new table. The
+        caller holds the stream lease (``_stream_held``)."""
         for rename, key_columns in renames:
             why = carry_over(rename, p.state, sink, key_columns)
             if why is None:

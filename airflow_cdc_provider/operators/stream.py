@@ -25,9 +25,18 @@ from airflow_cdc_provider.pipeline.collect import streamed_tables
 from airflow_cdc_provider.pipeline.plan import STREAM_SERVER_ID_SLOT
 from airflow_cdc_provider.pipeline.resolve import load_pipeline
 from airflow_cdc_provider.pipeline.stream_watch import ProgressLog, StreamHealth, current_status, judge, lease_alive
-from airflow_cdc_provider.state.records import RUNNING_STATES, ReloadRequest, StreamLaunch, StreamLease, StreamStatus
+from airflow_cdc_provider.state.records import (
+    CARRY_OVER_MODE,
+    RUNNING_STATES,
+    ReloadRequest,
+    StreamLaunch,
+    StreamLease,
+    StreamStatus,
+)
 
 STOP_GRACE_SECONDS = 90  # a graceful stop ends the running batch first
+# how long a stream task waits for a plan step carrying renamed tables over (it holds the stream lease meanwhile)
+CARRY_OVER_WAIT_SECONDS = 120
 
 
 def holder_alive(p, lease: StreamLease, heartbeat_timeout: float) -> bool:
@@ -106,8 +115,6 @@ class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
 
     @with_frozen_heap
     def execute(self, context: Any) -> dict[str, Any]:
-        from airflow.sdk.exceptions import AirflowFailException
-
         p = load_pipeline(self.config)
         self._state = p.state
         if is_backfill(context):
@@ -119,17 +126,9 @@ class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
             # its re-snapshots, if any, are taken up by the continuous stream running now
             taken_up = self._hand_over_snapshots(p, holder, f"{ti.dag_id}/{ti.run_id}/{ti.task_id}")
             return {"skipped": "backfill", **({"taken_up": taken_up} if taken_up else {})}
-        seed = p.state.read_seed()
-        if seed is None and p.stream.startup == "initial":
-            under_way = snapshots_under_way(context, p.state.planned_snapshots())
-            if under_way:
-                return self._left_to(under_way)
-            raise AirflowFailException("no finished snapshot and no stream seed: run the snapshot tasks first")
-        tables = streamed_tables(seed, p.stream.startup, p.captured_tables, p.state.streamed_tables())
-        unread = {t: s for t, s in p.state.planned_snapshots().items() if t not in tables}
-        first_snapshots = snapshots_under_way(context, unread) if unread else {}
-        if first_snapshots:  # launched now, the stream would pass their high watermarks without them
-            return self._left_to(first_snapshots)
+        tables = self._tables_to_stream(context, p)
+        if isinstance(tables, dict):
+            return tables
         # the job writes this id into its status: a status is this launch's only if the ids match (a killed
         # predecessor's last heartbeat must never pass for the new job's, whatever the clocks say)
         self._launch_id = uuid.uuid4().hex
@@ -147,12 +146,24 @@ class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
                                  sorted(new))
                 self._stop_holder(p, holder)
                 holder = self._acquire_lease(p, lease)
+        if holder is not None and holder.mode == CARRY_OVER_MODE:
+            self.log.warning("%s still carries renamed tables over after %d s: this task launches no stream, the "
+                             "next DAG run does", holder.holder, CARRY_OVER_WAIT_SECONDS)
+            return {"skipped": "carry-over under way", "holder": holder.holder}
         if holder is not None:
             self.log.info("the stream of this pipeline runs in %s (try %d, %s since %s): it streams this run's "
                           "changes too, so this task launches none", holder.holder, holder.try_number, holder.mode,
                           time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(holder.acquired_at)))
             taken_up = self._hand_over_snapshots(p, holder, lease.holder) if holder.mode == "continuous" else {}
             return {"skipped": "stream running", "holder": holder.holder, "taken_up": taken_up}
+        try:  # again under the lease: a plan step carrying renamed tables over, which holds it, may have moved them
+            tables = self._tables_to_stream(context, p)
+        except BaseException:
+            p.state.release_lease(lease.launch_id)
+            raise
+        if isinstance(tables, dict):
+            p.state.release_lease(lease.launch_id)
+            return tables
         self._hold_tables_passed_unread(p, tables)
         p.state.add_streamed_tables(tables)
         if p.stream.mode == "continuous":
@@ -175,6 +186,24 @@ class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
         context["ti"].xcom_push(key=SPARK_UI_XCOM_KEY, value=(status.ui_url if status else None) or "")
         return self._ended(context, p, StreamHealth("ended", "", status))
 
+    def _tables_to_stream(self, context: Any, p) -> list[str] | dict[str, Any]:
+        """The tables this launch reads; or, when it must not launch yet, what the task returns instead (the first
+        snapshots under way launch it once done)."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        seed = p.state.read_seed()
+        if seed is None and p.stream.startup == "initial":
+            under_way = snapshots_under_way(context, p.state.planned_snapshots())
+            if under_way:
+                return self._left_to(under_way)
+            raise AirflowFailException("no finished snapshot and no stream seed: run the snapshot tasks first")
+        tables = streamed_tables(seed, p.stream.startup, p.captured_tables, p.state.streamed_tables())
+        unread = {t: s for t, s in p.state.planned_snapshots().items() if t not in tables}
+        first_snapshots = snapshots_under_way(context, unread) if unread else {}
+        if first_snapshots:  # launched now, the stream would pass their high watermarks without them
+            return self._left_to(first_snapshots)
+        return tables
+
     def job_failure(self, error: str) -> str | None:
         """What the stream job itself reported when it failed (its status), else its output's last exception."""
         status = self._state.read_status() if self._state is not None else None
@@ -186,16 +215,22 @@ class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
     def _acquire_lease(self, p, lease: StreamLease) -> StreamLease | None:
         """Take the pipeline's stream lease; None once taken, else the live holder of another DAG run. A stale
         lease (its holder gone) is taken over; so is the lease of an earlier try of this same task (a cleared
-        stream task): its job is stopped first, gracefully, and this try resumes from the checkpoint."""
+        stream task): its job is stopped first, gracefully, and this try resumes from the checkpoint. A plan step
+        carrying renamed tables over holds it for seconds: waited for, up to ``CARRY_OVER_WAIT_SECONDS``."""
         launched = p.state.read_launch()  # a stream launched before leases existed holds one all the same
         if launched is not None and p.state.read_lease() is None and SparkJobHook.alive(launched) is not False:
             p.state.try_lease(StreamLease(launched.launch_id, "a stream launched without a lease", 0,
                                           launched.host or "", launched.pid or 0, "continuous", launched.started_at,
                                           launched))
+        carry_over_ends = time.monotonic() + CARRY_OVER_WAIT_SECONDS
         while True:
             other = p.state.try_lease(lease)
             if other is None or other.launch_id == lease.launch_id:
                 return None
+            if other.mode == CARRY_OVER_MODE and time.monotonic() < carry_over_ends and self._holder_alive(p, other):
+                self.log.info("%s carries renamed tables over to their new names: waiting for it", other.holder)
+                time.sleep(1.0)
+                continue
             if not self._holder_alive(p, other):
                 self.log.warning("the stream lease of %s (try %d) is stale, its stream is gone: taking it over",
                                  other.holder, other.try_number)

@@ -193,11 +193,17 @@ class StreamLaunch:
                    data.get("pid"), data.get("host"), data.get("driver_id"), data.get("rest_url"))
 
 
+# the stream lease's mode while a plan step moves renamed tables' sink data and rewrites the state: no stream may
+# launch in between, with the old name still in what it reads
+CARRY_OVER_MODE = "carry-over"
+
+
 @dataclass(frozen=True)
 class StreamLease:
     """The one task that runs the pipeline's stream now. A second stream of a pipeline would fight the first
     over its checkpoint, so every stream task holds this lease (an exclusive file in the state store) while its
-    job runs. ``launch`` is the detached job of a continuous stream, which outlives the task's process."""
+    job runs. ``launch`` is the detached job of a continuous stream, which outlives the task's process. A plan
+    step carrying renamed tables over holds it too (mode ``CARRY_OVER_MODE``), for the few seconds that takes."""
 
     launch_id: str
     holder: str  # "<dag_id>/<run_id>/<task_id>"

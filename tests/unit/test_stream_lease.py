@@ -135,3 +135,101 @@ def test_a_stream_launched_before_leases_existed_is_not_joined_by_a_second_one(p
     finally:
         proc.kill()
         proc.wait()
+
+
+# -- a plan step carrying renamed tables over holds the lease --------------------------------------------------------
+def a_rename() -> list:
+    from airflow_cdc_provider.core.chunks import TableId
+    from airflow_cdc_provider.core.offsets import EventPosition
+    from airflow_cdc_provider.core.schema_changes import SchemaChange
+    from airflow_cdc_provider.pipeline.renames import Rename
+
+    drop = SchemaChange("drop", TableId.parse("shop.orders"), "RENAME TABLE orders TO orders_v2",
+                        "renamed to shop.orders_v2", EventPosition("b.000002", 500), TableId.parse("shop.orders_v2"))
+    return [(Rename("shop.orders", "shop.orders_v2", drop), ("id",))]
+
+
+def plan_step(config):
+    from types import SimpleNamespace
+
+    from airflow_cdc_provider.operators.plan import PlanChunksOperator
+
+    ti = SimpleNamespace(dag_id="shop", run_id="run2", task_id="plan_chunks", try_number=1)
+    return PlanChunksOperator(task_id="plan_chunks", config=config), {"ti": ti}
+
+
+def test_a_plan_step_carrying_tables_over_holds_the_stream_lease_until_it_is_done(pipeline):
+    """From before the sink data moves until the new names' snapshots are planned: a stream launched in between
+    would read the old names (and write them to the sink again)."""
+    from airflow_cdc_provider.state.records import CARRY_OVER_MODE
+
+    config, p = pipeline
+    op, context = plan_step(config)
+    with op._stream_held(context, p, a_rename()):
+        held = p.state.read_lease()
+        assert held.mode == CARRY_OVER_MODE and held.holder == "shop/run2/plan_chunks" and held.pid == os.getpid()
+        assert p.state.try_lease(lease("b", holder="shop/run3/stream")) == held  # a stream task finds it taken
+    assert p.state.read_lease() is None
+    with pytest.raises(RuntimeError), op._stream_held(context, p, a_rename()):
+        raise RuntimeError("the move failed")
+    assert p.state.read_lease() is None  # given up however the carry-over ends
+    with op._stream_held(context, p, []):  # nothing to carry over: nothing taken
+        assert p.state.read_lease() is None
+
+
+def test_a_live_stream_refuses_the_carry_over_and_a_stale_lease_is_taken_over(pipeline):
+    from airflow.sdk.exceptions import AirflowException
+
+    config, p = pipeline
+    op, context = plan_step(config)
+    proc, launch = a_job()
+    try:
+        held = lease("a", launch=launch)
+        p.state.try_lease(held)
+        with pytest.raises(AirflowException, match=r"the running stream \(shop/run1/stream\) must stop before "
+                                                   r"shop.orders renamed to shop.orders_v2 at b.000002:500"):
+            with op._stream_held(context, p, a_rename()):
+                pytest.fail("carried over under a live stream")
+        assert p.state.read_lease() == held and proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+    with op._stream_held(context, p, a_rename()):  # its job is gone now: the lease is stale
+        assert p.state.read_lease().holder == "shop/run2/plan_chunks"
+    assert p.state.read_lease() is None
+
+
+def test_a_stream_task_waits_for_a_carry_over_and_then_takes_the_lease(pipeline):
+    import threading
+
+    config, p = pipeline
+    op, context = plan_step(config)
+    stream = BinlogStreamOperator(task_id="stream", config=config)
+    mine = lease("b", holder="shop/run3/stream")
+    carried = threading.Event()
+
+    def carry_over():
+        with op._stream_held(context, p, a_rename()):
+            carried.set()
+            time.sleep(2.0)
+
+    t = threading.Thread(target=carry_over)
+    t.start()
+    assert carried.wait(10)
+    started = time.monotonic()
+    assert stream._acquire_lease(p, mine) is None and p.state.read_lease() == mine
+    assert time.monotonic() - started >= 1.0  # it waited for the carry-over to give the lease up
+    t.join()
+
+
+def test_a_stream_task_waits_for_a_carry_over_a_bounded_time(pipeline, monkeypatch):
+    from airflow_cdc_provider.operators import stream as stream_module
+
+    monkeypatch.setattr(stream_module, "CARRY_OVER_WAIT_SECONDS", 1.5)
+    config, p = pipeline
+    op, context = plan_step(config)
+    with op._stream_held(context, p, a_rename()):
+        held = p.state.read_lease()
+        started = time.monotonic()
+        assert BinlogStreamOperator(task_id="stream", config=config)._acquire_lease(p, lease("b")) == held
+        assert 1.0 <= time.monotonic() - started < 10  # then it leaves the launch to a later run
