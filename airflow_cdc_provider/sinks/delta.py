@@ -1066,7 +1066,8 @@ class DeltaSink(FileSink):
 
     def move_table(self, old: str, new: str) -> str | None:
         """The table's directory moved (``FileSink.move_table``), then the table version it records taken over
-        by the new name (it is kept per name) and its description saying where it came from."""
+        by the new name (it is kept per name), its Delta name made the new one and its description saying where
+        it came from."""
         refused = super().move_table(old, new)
         if refused is not None or self.open_table(new) is None:
             return refused
@@ -1077,6 +1078,9 @@ class DeltaSink(FileSink):
             recorded = schema_record(dt, old)
             if schema_record(dt, new) < recorded:
                 record_schema(dt, new, *recorded, f"moved from {old}")
+                dt = self.open_table(new)
+            if dt.metadata().name != new:
+                dt.alter.set_table_name(new)
                 dt = self.open_table(new)
             if dt.metadata().description != described:
                 dt.alter.set_table_description(described)

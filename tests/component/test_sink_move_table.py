@@ -183,9 +183,10 @@ class DeltaCase(SinkCase):
         assert [(r["id"], r["_cdc_deleted"]) for r in before] == [(1, False), (2, True), (3, False)]
         dt = DeltaTable(self.uri(NEW))
         assert dt.metadata().description == f"source table {OLD}, renamed to {NEW}"
-        # two commits on top of the table's own: the recorded version taken over by the new name (a write of no
-        # data), then the description
-        assert [h["operation"] for h in dt.history(2)] == ["UPDATE TABLE METADATA", "WRITE"]
+        assert dt.metadata().name == NEW  # as a table created under the new name is named
+        # three commits on top of the table's own: the recorded version taken over by the new name (a write of no
+        # data), then the name, then the description
+        assert [h["operation"] for h in dt.history(3)] == ["UPDATE TABLE METADATA", "UPDATE TABLE METADATA", "WRITE"]
         assert not (self.root / OLD).exists()
 
 
