@@ -98,6 +98,7 @@ DATA_FILE_CONF = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
                   "spark.sql.parquet.int96RebaseModeInRead": "CORRECTED"}
 DATA_FILE_OPTIONS = {"compression": "snappy", "parquet.block.size": str(32 << 20),
                      "parquet.statistics.truncate.length": "64"}
+DELTA_DEFAULT_STATS_COLUMNS = 32  # the first columns of a table whose files keep statistics by default
 STAGED_ROW_GROUP_BYTES = 16 << 20  # a staged window file's row groups (Spark's default: 128 MiB)
 # batches an in-place rewrite reads ahead of its writer; the table's own files have row groups of BATCH_ROWS rows
 # (``write_data_file``), so pyarrow's reading ahead by whole row groups stays small too
@@ -153,9 +154,10 @@ def unsafe_stats_columns(schema) -> list[str]:
 def stats_property(schema, current: str | None = None) -> str | None:
     """``delta.dataSkippingStatsColumns`` of a table of ``schema`` (``current``: its value now): every column but
     ``unsafe_stats_columns`` (the sink's own and the key past Delta's default first 32 columns included: the
-    windows' checks read them); None (Delta's default) when there are none and it is unset."""
+    windows' checks and the MERGEs' pieces read them); None (Delta's default) when there are none, the table has
+    no more than those 32 columns, and it is unset."""
     unsafe = set(unsafe_stats_columns(schema))
-    if not unsafe and current is None:
+    if not unsafe and len(schema) <= DELTA_DEFAULT_STATS_COLUMNS and current is None:
         return None
     names = [f.name for f in schema if f.name not in unsafe]
     if any("," in n for n in names):

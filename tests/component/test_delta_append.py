@@ -420,6 +420,11 @@ def test_sink_tables_leave_columns_delta_rs_misstates_out_of_statistics(tmp_path
                       pa.field("_cdc_deleted", pa.bool_()), pa.field("_cdc_chunk", pa.string())])
     named = stats_property(wide).split(",")  # past Delta's first 32: the sink's own columns keep statistics
     assert "f" not in named and {"c39", "_cdc_deleted", "_cdc_chunk"} <= set(named)
+    wide_safe = pa.schema([f for f in wide if f.name != "f"])  # no unsafe column, but more than 32 columns
+    assert stats_property(wide_safe).split(",") == wide_safe.names
+    narrow = pa.schema([f for f in wide_safe if f.name not in {f"c{i}" for i in range(10, 40)}])
+    assert len(narrow) == 12 and stats_property(narrow) is None  # Delta's default covers every column
+    assert stats_property(narrow, "c0").split(",") == narrow.names  # set before: kept naming them all
     if created == "by the sink":
         sink.prepare(types)
     else:
