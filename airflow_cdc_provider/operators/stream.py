@@ -158,14 +158,15 @@ class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
             return {"skipped": "stream running", "holder": holder.holder, "taken_up": taken_up}
         try:  # again under the lease: a plan step carrying renamed tables over, which holds it, may have moved them
             tables = self._tables_to_stream(context, p)
+            if not isinstance(tables, dict):
+                self._hold_tables_passed_unread(p, tables)
+                p.state.add_streamed_tables(tables)
         except BaseException:
             p.state.release_lease(lease.launch_id)
             raise
         if isinstance(tables, dict):
             p.state.release_lease(lease.launch_id)
             return tables
-        self._hold_tables_passed_unread(p, tables)
-        p.state.add_streamed_tables(tables)
         if p.stream.mode == "continuous":
             return self._run_continuous(context, p, lease, tables)
         try:
@@ -232,8 +233,9 @@ class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
                 time.sleep(1.0)
                 continue
             if not self._holder_alive(p, other):
-                self.log.warning("the stream lease of %s (try %d) is stale, its stream is gone: taking it over",
-                                 other.holder, other.try_number)
+                self.log.warning("the stream lease of %s (try %d) is stale, its %s is gone: taking it over",
+                                 other.holder, other.try_number,
+                                 "carry-over" if other.mode == CARRY_OVER_MODE else "stream")
             elif other.holder == lease.holder and other.try_number < lease.try_number:
                 self.log.info("try %d of this task still runs the stream: stopping it (after its current batch) to "
                               "take over from its checkpoint", other.try_number)

@@ -18,7 +18,7 @@ from airflow_cdc_provider.core.hints import did_you_mean
 from airflow_cdc_provider.core.offsets import BinlogOffset
 from airflow_cdc_provider.pipeline.config import PipelineConfig
 from airflow_cdc_provider.pipeline.stream_watch import lease_alive
-from airflow_cdc_provider.state.records import RUNNING_STATES
+from airflow_cdc_provider.state.records import CARRY_OVER_MODE, RUNNING_STATES
 from airflow_cdc_provider.state.store import StateStore, table_dir_name
 
 
@@ -100,6 +100,10 @@ def uncapture(config: PipelineConfig, state: StateStore, table: str, now: float 
     status, lease = state.read_status(), state.read_lease()
     timeout = config.stream.heartbeat_timeout
     beating = status is not None and status.state in RUNNING_STATES and now - status.updated_at < timeout
+    if lease is not None and lease.mode == CARRY_OVER_MODE and lease_alive(lease, status, now=now,
+                                                                          heartbeat_timeout=timeout, alive=None):
+        raise UncaptureError(f"{where}: {lease.holder} is carrying renamed tables over to their new names: "
+                             f"{asker.again} once it has finished")
     if beating or (lease is not None and lease_alive(lease, status, now=now, heartbeat_timeout=timeout, alive=None)):
         raise UncaptureError(
             f"{where}: the stream of {config.dag_id} is running or launching and reads {table}: stop it first "

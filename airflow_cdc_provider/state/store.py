@@ -59,7 +59,7 @@ from airflow_cdc_provider.state.records import (
     StreamStatus,
     OverlappedEpoch,
 )
-from airflow_cdc_provider.state.storage import Storage
+from airflow_cdc_provider.state.storage import Storage, StorageError
 
 
 def position_file_name(position) -> str:
@@ -532,9 +532,15 @@ class StateStore:
 
     def try_lease(self, lease: StreamLease) -> StreamLease | None:
         """Take the stream lease if nobody holds it; else the current holder's lease (``lease`` not taken)."""
-        if self.storage.create(self.LEASE, json.dumps(lease.to_dict(), sort_keys=True, default=str)):
-            return None
-        return self.read_lease() or lease  # released in between: the caller tries again
+        for _ in range(100):
+            if self.storage.create(self.LEASE, json.dumps(lease.to_dict(), sort_keys=True, default=str)):
+                return None
+            held = self.read_lease()
+            if held is not None:
+                return held
+            # released between the two: try again
+        raise StorageError(f"{self.location(self.LEASE)} keeps being taken and released: another process is "
+                              "churning the stream lease; stop the other DAG runs of this pipeline and retry")
 
     def read_lease(self) -> StreamLease | None:
         data = self.read_json(self.LEASE)

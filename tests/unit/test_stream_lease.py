@@ -138,23 +138,12 @@ def test_a_stream_launched_before_leases_existed_is_not_joined_by_a_second_one(p
 
 
 # -- a plan step carrying renamed tables over holds the lease --------------------------------------------------------
-def a_rename() -> list:
-    from airflow_cdc_provider.core.chunks import TableId
-    from airflow_cdc_provider.core.offsets import EventPosition
-    from airflow_cdc_provider.core.schema_changes import SchemaChange
-    from airflow_cdc_provider.pipeline.renames import Rename
-
-    drop = SchemaChange("drop", TableId.parse("shop.orders"), "RENAME TABLE orders TO orders_v2",
-                        "renamed to shop.orders_v2", EventPosition("b.000002", 500), TableId.parse("shop.orders_v2"))
-    return [(Rename("shop.orders", "shop.orders_v2", drop), ("id",))]
-
-
-def plan_step(config):
+def plan_step(config, try_number=1):
     from types import SimpleNamespace
 
     from airflow_cdc_provider.operators.plan import PlanChunksOperator
 
-    ti = SimpleNamespace(dag_id="shop", run_id="run2", task_id="plan_chunks", try_number=1)
+    ti = SimpleNamespace(dag_id="shop", run_id="run2", task_id="plan_chunks", try_number=try_number)
     return PlanChunksOperator(task_id="plan_chunks", config=config), {"ti": ti}
 
 
@@ -165,37 +154,82 @@ def test_a_plan_step_carrying_tables_over_holds_the_stream_lease_until_it_is_don
 
     config, p = pipeline
     op, context = plan_step(config)
-    with op._stream_held(context, p, a_rename()):
+    with op._stream_held(context, p, True):
         held = p.state.read_lease()
         assert held.mode == CARRY_OVER_MODE and held.holder == "shop/run2/plan_chunks" and held.pid == os.getpid()
         assert p.state.try_lease(lease("b", holder="shop/run3/stream")) == held  # a stream task finds it taken
     assert p.state.read_lease() is None
-    with pytest.raises(RuntimeError), op._stream_held(context, p, a_rename()):
+    with pytest.raises(RuntimeError), op._stream_held(context, p, True):
         raise RuntimeError("the move failed")
     assert p.state.read_lease() is None  # given up however the carry-over ends
-    with op._stream_held(context, p, []):  # nothing to carry over: nothing taken
+    with op._stream_held(context, p, False):  # nothing to carry over: nothing taken
         assert p.state.read_lease() is None
 
 
-def test_a_live_stream_refuses_the_carry_over_and_a_stale_lease_is_taken_over(pipeline):
-    from airflow.sdk.exceptions import AirflowException
-
+def test_a_running_continuous_stream_is_stopped_for_the_carry_over(pipeline):
+    """It does not read the new names, which are snapshotted now: the plan step stops it, as for any table new to
+    it, and this run's stream task launches it again."""
     config, p = pipeline
     op, context = plan_step(config)
     proc, launch = a_job()
     try:
-        held = lease("a", launch=launch)
-        p.state.try_lease(held)
-        with pytest.raises(AirflowException, match=r"the running stream \(shop/run1/stream\) must stop before "
-                                                   r"shop.orders renamed to shop.orders_v2 at b.000002:500"):
-            with op._stream_held(context, p, a_rename()):
-                pytest.fail("carried over under a live stream")
-        assert p.state.read_lease() == held and proc.poll() is None
+        p.state.try_lease(lease("a", launch=launch))
+        with op._stream_held(context, p, True):
+            assert proc.wait(10) is not None  # stopped (SIGTERM first)
+            assert p.state.read_lease().holder == "shop/run2/plan_chunks"
+        assert p.state.read_lease() is None and not p.state.stop_requested()
     finally:
-        proc.kill()
-        proc.wait()
-    with op._stream_held(context, p, a_rename()):  # its job is gone now: the lease is stale
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_another_runs_stream_or_carry_over_refuses_it_and_a_stale_or_earlier_try_is_taken_over(pipeline):
+    from airflow.sdk.exceptions import AirflowException
+
+    config, p = pipeline
+    op, context = plan_step(config, try_number=2)
+    other = replace(lease("a", holder="shop/run1/stream"), mode="available_now")  # its job in its live task process
+    p.state.try_lease(other)
+    with pytest.raises(AirflowException, match=r"the running stream \(shop/run1/stream\) must stop before renamed "
+                                               r"tables are carried over"):
+        with op._stream_held(context, p, True):
+            pytest.fail("carried over under a live stream")
+    assert p.state.read_lease() == other
+    p.state.release_lease("a")
+    first_op, first_context = plan_step(config)
+    with first_op._stream_held(first_context, p, True):
+        second_op, second_context = plan_step(config)
+        second_context["ti"].run_id = "run3"
+        with pytest.raises(AirflowException, match=r"shop/run2/plan_chunks is carrying renamed tables over"):
+            with second_op._stream_held(second_context, p, True):
+                pytest.fail("two carry-overs at once")
+        # try 2 of the same plan task (try 1's process lives on another host, say): try 1 is over
+        with op._stream_held(context, p, True):
+            assert p.state.read_lease().try_number == 2
+    assert p.state.read_lease() is None
+    proc, launch = a_job()
+    proc.kill()
+    proc.wait()  # a stream killed without releasing the lease
+    p.state.try_lease(lease("z", launch=launch))
+    with op._stream_held(context, p, True):
         assert p.state.read_lease().holder == "shop/run2/plan_chunks"
+
+
+def test_a_carry_over_held_long_renews_the_lease(tmp_path, monkeypatch):
+    """Another host judges the lease by the time it was taken: a carry-over held longer than the heartbeat
+    timeout renews it, so that no stream takes it for stale."""
+    monkeypatch.setenv("AIRFLOW_CONN_SRC", "mysql://cdc:pw@db.example:3306")
+    config = tmp_path / "shop.yaml"
+    config.write_text(f"source: {{conn_id: src, tables: [shop.orders]}}\nstate: {{path: {tmp_path / 'state'}}}\n"
+                      "stream: {heartbeat_timeout: 2}\n")
+    p = load_pipeline(config)
+    op, context = plan_step(str(config))
+    with op._stream_held(context, p, True):
+        taken = p.state.read_lease().acquired_at
+        time.sleep(3.5)
+        renewed = p.state.read_lease()
+        assert renewed.acquired_at > taken and renewed.holder == "shop/run2/plan_chunks"
+        assert lease_alive(replace(renewed, host="elsewhere"), None, now=time.time(), heartbeat_timeout=2, alive=None)
     assert p.state.read_lease() is None
 
 
@@ -206,20 +240,21 @@ def test_a_stream_task_waits_for_a_carry_over_and_then_takes_the_lease(pipeline)
     op, context = plan_step(config)
     stream = BinlogStreamOperator(task_id="stream", config=config)
     mine = lease("b", holder="shop/run3/stream")
-    carried = threading.Event()
+    carrying, released = threading.Event(), []
 
     def carry_over():
-        with op._stream_held(context, p, a_rename()):
-            carried.set()
+        with op._stream_held(context, p, True):
+            carrying.set()
             time.sleep(2.0)
+        released.append(time.monotonic())
 
     t = threading.Thread(target=carry_over)
     t.start()
-    assert carried.wait(10)
-    started = time.monotonic()
+    assert carrying.wait(10)
     assert stream._acquire_lease(p, mine) is None and p.state.read_lease() == mine
-    assert time.monotonic() - started >= 1.0  # it waited for the carry-over to give the lease up
+    taken = time.monotonic()
     t.join()
+    assert released and taken >= released[0]  # not before the carry-over gave the lease up
 
 
 def test_a_stream_task_waits_for_a_carry_over_a_bounded_time(pipeline, monkeypatch):
@@ -228,7 +263,7 @@ def test_a_stream_task_waits_for_a_carry_over_a_bounded_time(pipeline, monkeypat
     monkeypatch.setattr(stream_module, "CARRY_OVER_WAIT_SECONDS", 1.5)
     config, p = pipeline
     op, context = plan_step(config)
-    with op._stream_held(context, p, a_rename()):
+    with op._stream_held(context, p, True):
         held = p.state.read_lease()
         started = time.monotonic()
         assert BinlogStreamOperator(task_id="stream", config=config)._acquire_lease(p, lease("b")) == held

@@ -16,7 +16,8 @@ from airflow_cdc_provider.pipeline.collect import build_seed
 from airflow_cdc_provider.pipeline.config import load_config
 from airflow_cdc_provider.pipeline.resolve import captured_tables_in
 from airflow_cdc_provider.pipeline.uncapture import UncaptureError, uncapture
-from airflow_cdc_provider.state.records import FinishedSnapshot, PlannedSnapshot, StreamLease, StreamSeed, StreamStatus
+from airflow_cdc_provider.state.records import (CARRY_OVER_MODE, FinishedSnapshot, PlannedSnapshot, StreamLease, StreamSeed,
+                                                StreamStatus)
 from airflow_cdc_provider.state.store import StateStore
 
 
@@ -85,6 +86,12 @@ def test_refused_while_a_stream_runs_or_launches_or_a_snapshot_of_it_is_planned(
     with pytest.raises(UncaptureError, match="is running or launching"):
         uncapture(config("[db.t]"), state, "db.u", now=later)
     state.release_lease("l2")
+    assert state.try_lease(StreamLease("l3", "shop_cdc/run3/plan_chunks", 1, "elsewhere", 1, CARRY_OVER_MODE,
+                                       acquired_at=later - 5)) is None  # a plan step moving a renamed table
+    with pytest.raises(UncaptureError, match="shop_cdc/run3/plan_chunks is carrying renamed tables over to their new "
+                                             "names: run this again once it has finished"):
+        uncapture(config("[db.t]"), state, "db.u", now=later)
+    state.release_lease("l3")
     # a snapshot of any table: the run that finishes it writes the seed and the lists uncapture rewrites
     state.write_planned_snapshot(PlannedSnapshot("db.t", 2, "shop_cdc", "manual__1"))
     with pytest.raises(UncaptureError, match="snapshots planned by DAG run\\(s\\) manual__1 \\(db.t, epoch 2\\) have "
