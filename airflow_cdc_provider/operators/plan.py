@@ -16,7 +16,14 @@ from airflow.sdk import BaseOperator
 from airflow_cdc_provider.core.chunks import ChunkTask
 from airflow_cdc_provider.operators.dag_run import is_backfill, snapshots_under_way
 from airflow_cdc_provider.pipeline.plan import plan_chunks, startup_seed
-from airflow_cdc_provider.pipeline.renames import awaiting_drops, carry_over, finish_carried, renames_due, why_gone
+from airflow_cdc_provider.pipeline.renames import (
+    awaiting_drops,
+    carry_over,
+    finish_carried,
+    half_done,
+    renames_due,
+    why_gone,
+)
 from airflow_cdc_provider.pipeline.resolve import claim_sink, load_pipeline, sink_moved
 from airflow_cdc_provider.pipeline.table_schemas import dropped_tables, resnapshots_due
 from airflow_cdc_provider.pipeline.uncapture import held_tables
@@ -108,7 +115,7 @@ class PlanChunksOperator(BaseOperator):
             self.log.warning("%s: re-snapshotted now, as the stream's schema change asks", change.describe())
         # a table renamed to a name source.tables captures moves there (pipeline.renames); a backfill leaves it.
         # The stream lease is held while its sink data moves, until the new name's snapshot is planned
-        with self._stream_held(context, p, not backfill and bool(p.state.carried_tables()
+        with self._stream_held(context, p, not backfill and bool(half_done(p.state)
                                                                     or renames_due(p.state, p.source_tables))):
             sink = p.open_sink()
             carried = set() if backfill else set(finish_carried(p.state, sink))

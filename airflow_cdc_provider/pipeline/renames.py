@@ -114,20 +114,28 @@ def _passed(offset: BinlogOffset, position: BinlogOffset) -> bool:
         return True
 
 
-def finish_carried(state: StateStore, sink: Sink) -> dict[str, str]:
-    """The new names carried over and not snapshotted since (new -> old), after finishing any carry-over a crash
-    stopped half way: the sink's move (again: a moved table counts as moved), then the state's step. One the sink
-    refuses now is undone: the old name stays dropped."""
+def half_done(state: StateStore) -> list[tuple[str, str, str, dict]]:
+    """The carry-overs a crash stopped half way: (new name, old name, the old name's archive, its mark)."""
+    found = []
     for new, old in state.carried_tables().items():
         archive = state.unfinished_uncapture(old)
         mark = state.read_json(f"{archive}/uncaptured.json") if archive else None
         if mark and mark.get("renamed_to") == new:
-            refused = sink.move_table(old, new)
-            if refused is None:
-                state.forget_table(old, archive, float(mark["uncaptured_at"]), renamed_to=new)
-            else:
-                log.warning("%s renamed to %s: not carried over (%s)", old, new, refused)
-                state.storage.rmtree(archive)
+            found.append((new, old, archive, mark))
+    return found
+
+
+def finish_carried(state: StateStore, sink: Sink) -> dict[str, str]:
+    """The new names carried over and not snapshotted since (new -> old), after finishing any carry-over a crash
+    stopped half way (``half_done``): the sink's move (again: a moved table counts as moved), then the state's
+    step. One the sink refuses now is undone: the old name stays dropped."""
+    for new, old, archive, mark in half_done(state):
+        refused = sink.move_table(old, new)
+        if refused is None:
+            state.forget_table(old, archive, float(mark["uncaptured_at"]), renamed_to=new)
+        else:
+            log.warning("%s renamed to %s: not carried over (%s)", old, new, refused)
+            state.storage.rmtree(archive)
     return state.carried_tables()
 
 

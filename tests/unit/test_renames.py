@@ -18,7 +18,7 @@ from airflow_cdc_provider.core.offsets import BinlogOffset, EventPosition
 from airflow_cdc_provider.core.reports import ChunkReport
 from airflow_cdc_provider.core.schema_changes import SchemaChange
 from airflow_cdc_provider.pipeline.collect import build_seed
-from airflow_cdc_provider.pipeline.renames import (Rename, awaiting_drops, carry_over, committed, finish_carried, renames_due,
+from airflow_cdc_provider.pipeline.renames import (Rename, awaiting_drops, carry_over, committed, finish_carried, half_done, renames_due,
                                                   why_gone)
 from airflow_cdc_provider.pipeline.resolve import captured_tables_in
 from airflow_cdc_provider.pipeline.table_schemas import dropped_tables
@@ -453,8 +453,10 @@ def test_a_carry_over_stopped_after_its_mark_is_finished_whatever_the_source_is_
                                                      "schema_changes": [], "renamed_to": "db.u"})
     assert state.unfinished_uncapture("db.t") == archive
     assert "db.t" in captured_tables_in(state)
+    assert [(new, old, where) for new, old, where, _ in half_done(state)] == [("db.u", "db.t", archive)]
 
     assert finish_carried(state, sink) == {"db.u": "db.t"}
+    assert half_done(state) == []  # carried, its snapshot still to come: nothing left half way
 
     assert table_rows(sink, "db.u") == [(1, "one"), (3, "three")] and not sink.layout.storage.exists("db.t")
     assert state.unfinished_uncapture("db.t") is None
