@@ -31,6 +31,14 @@ from airflow_cdc_provider.source.validation import SourceValidationError
 from airflow_cdc_provider.state.records import CARRY_OVER_MODE, PlannedSnapshot, StreamLease, TablePlan
 
 
+def raise_lost_lease() -> None:
+    from airflow.sdk.exceptions import AirflowException
+
+    raise AirflowException("the stream lease this plan step held to carry renamed tables over was lost (its "
+                           "renewal failed, or another task took it for stale): run this task again; what was "
+                           "carried over stays, the rest is done then")
+
+
 class ValidateSourceOperator(BaseOperator):
     """Fail fast, listing every problem of the source (binlog settings, privileges, tables, keys) with its fix."""
 
@@ -113,76 +121,79 @@ class PlanChunksOperator(BaseOperator):
         resyncs = {} if backfill else resnapshots_due(p.state, p.source_tables)
         for name, change in resyncs.items():
             self.log.warning("%s: re-snapshotted now, as the stream's schema change asks", change.describe())
-        # a table renamed to a name source.tables captures moves there (pipeline.renames); a backfill leaves it.
-        # The stream lease is held while its sink data moves, until the new name's snapshot is planned
-        with self._stream_held(context, p, not backfill and bool(half_done(p.state)
-                                                                    or renames_due(p.state, p.source_tables))):
-            sink = p.open_sink()
-            carried = set() if backfill else set(finish_carried(p.state, sink))
-            renames = {} if backfill else renames_due(p.state, p.source_tables)
-            carried |= set(renames)
-            # until the stream has read how a table it reads left the source, a new table may be that one renamed
-            awaiting = set() if backfill else awaiting_drops(p.state, p.source_tables(), p.source_position)
-            held = held_tables(p.state) if awaiting else set()
+        # a table renamed to a name source.tables captures moves there (pipeline.renames), under the stream lease
+        # (below); a carry-over a crash stopped half way is finished there too. A backfill leaves them
+        sink = p.open_sink()
+        unfinished = [] if backfill else half_done(p.state)
+        renames = {} if backfill else renames_due(p.state, p.source_tables)
+        carried = (set() if backfill else set(p.state.carried_tables())) | set(renames)
+        # until the stream has read how a table it reads left the source, a new table may be that one renamed
+        awaiting = set() if backfill else awaiting_drops(p.state, p.source_tables(), p.source_position)
+        held = held_tables(p.state) if awaiting else set()
 
-            # another run's snapshot under way (a continuous pipeline runs two at a time) is left to it, unless named;
-            # looked up once, and only if a table not named needs a snapshot
-            under_way: dict[str, PlannedSnapshot] | None = None
-            decided: dict[str, bool] = {}
+        # another run's snapshot under way (a continuous pipeline runs two at a time) is left to it, unless named;
+        # looked up once, and only if a table not named needs a snapshot
+        under_way: dict[str, PlannedSnapshot] | None = None
+        decided: dict[str, bool] = {}
 
-            # a table taken out (airflow-cdc uncapture) and captured again: its sink holds the rows of before, so it is
-            # snapshotted whatever the startup mode
-            recaptured = set() if backfill else p.state.recaptured_tables()
+        # a table taken out (airflow-cdc uncapture) and captured again: its sink holds the rows of before, so it is
+        # snapshotted whatever the startup mode
+        recaptured = set() if backfill else p.state.recaptured_tables()
 
-            def needs_snapshot(schema) -> bool:
-                nonlocal under_way
-                name = str(schema.table)
-                if name not in decided:
-                    wanted = name in resnapshot or name in resyncs or name in recaptured or name in carried or \
-                        (snapshot_first and name not in finished)
-                    if wanted and awaiting and name not in held | carried | resnapshot:
-                        self.log.warning("%s: new to the pipeline while the stream has not read how %s left the "
-                                         "source: it waits for a run after the stream has (if it is that table "
-                                         "renamed, its sink data moves to it then)", name, ", ".join(sorted(awaiting)))
-                        wanted = False
-                    if wanted and name not in resnapshot and under_way is None:
-                        under_way = snapshots_under_way(context, p.state.planned_snapshots())
-                    decided[name] = wanted and (name in resnapshot or name not in (under_way or {}))
-                    if wanted and not decided[name]:
-                        other = under_way[name]
-                        self.log.info("%s: its snapshot (epoch %d) is under way in DAG run %s: left to that run", name,
-                                      other.epoch, other.run_id)
-                return decided[name]
+        def needs_snapshot(schema) -> bool:
+            nonlocal under_way
+            name = str(schema.table)
+            if name not in decided:
+                wanted = name in resnapshot or name in resyncs or name in recaptured or name in carried or \
+                    (snapshot_first and name not in finished)
+                if wanted and awaiting and name not in held | carried | resnapshot:
+                    self.log.warning("%s: new to the pipeline while the stream has not read how %s left the "
+                                     "source: it waits for a run after the stream has (if it is that table "
+                                     "renamed, its sink data moves to it then)", name, ", ".join(sorted(awaiting)))
+                    wanted = False
+                if wanted and name not in resnapshot and under_way is None:
+                    under_way = snapshots_under_way(context, p.state.planned_snapshots())
+                decided[name] = wanted and (name in resnapshot or name not in (under_way or {}))
+                if wanted and not decided[name]:
+                    other = under_way[name]
+                    self.log.info("%s: its snapshot (epoch %d) is under way in DAG run %s: left to that run", name,
+                                  other.epoch, other.run_id)
+            return decided[name]
 
-            plan = plan_chunks(p.source, p.config.source.tables, p.config.snapshot.split_options(),
-                               p.config.source.chunk_key, max_tasks=max_tasks, should_split=needs_snapshot,
-                               chunks_per_task=p.config.snapshot.chunks_per_task, captured_before=p.captured_before(),
-                               schema_changes_per_table=p.config.stream.schema_changes_per_table)
-            applied = set(dropped_tables(p.state)) | set(p.state.renamed_tables()) if plan.validation.gone else set()
-            for name in plan.validation.gone:
-                self.log.warning("table %s no longer exists on the source (%s): nothing of it is planned%s", name,
-                                 why_gone(p.state, name),
-                                 "" if name in applied else "; the stream applies its changes up to the drop")
-            unknown = resnapshot - {str(s.table) for s in plan.schemas}
-            if unknown:
-                from airflow.sdk.exceptions import AirflowFailException
+        plan = plan_chunks(p.source, p.config.source.tables, p.config.snapshot.split_options(),
+                           p.config.source.chunk_key, max_tasks=max_tasks, should_split=needs_snapshot,
+                           chunks_per_task=p.config.snapshot.chunks_per_task, captured_before=p.captured_before(),
+                           schema_changes_per_table=p.config.stream.schema_changes_per_table)
+        applied = set(dropped_tables(p.state)) | set(p.state.renamed_tables()) if plan.validation.gone else set()
+        for name in plan.validation.gone:
+            self.log.warning("table %s no longer exists on the source (%s): nothing of it is planned%s", name,
+                             why_gone(p.state, name),
+                             "" if name in applied else "; the stream applies its changes up to the drop")
+        unknown = resnapshot - {str(s.table) for s in plan.schemas}
+        if unknown:
+            from airflow.sdk.exceptions import AirflowFailException
 
-                raise AirflowFailException("dag_run.conf resnapshot names tables this pipeline does not capture: "
-                                           f"{sorted(unknown)}")
-            todo = [s for s in plan.schemas if needs_snapshot(s)]
-            self._stop_a_stream_that_misses(p, {str(s.table) for s in todo}, backfill)
-            carried_now = [(renames[str(s.table)], s.key_columns) for s in todo if str(s.table) in renames]
-            epoch = int(time.time() * 1000)
-            chunks, tasks = plan.chunks, plan.tasks
-            per_table = {str(s.table): TablePlan(epoch, sum(1 for c in chunks if c.table == s.table)) for s in todo}
-            ti = context["ti"]
-            self._carry_over(p, sink, carried_now)
+            raise AirflowFailException("dag_run.conf resnapshot names tables this pipeline does not capture: "
+                                       f"{sorted(unknown)}")
+        todo = [s for s in plan.schemas if needs_snapshot(s)]
+        self._stop_a_stream_that_misses(p, {str(s.table) for s in todo}, backfill)
+        carried_now = [(renames[str(s.table)], s.key_columns) for s in todo if str(s.table) in renames]
+        epoch = int(time.time() * 1000)
+        chunks, tasks = plan.chunks, plan.tasks
+        per_table = {str(s.table): TablePlan(epoch, sum(1 for c in chunks if c.table == s.table)) for s in todo}
+        ti = context["ti"]
+        with self._stream_held(context, p, bool(unfinished or carried_now)) as lost:
+            if unfinished:
+                finish_carried(p.state, sink)
+            self._carry_over(p, sink, carried_now, lost)
+            if lost.is_set():
+                raise_lost_lease()
             for table in per_table:
                 p.state.write_planned_snapshot(PlannedSnapshot(table, epoch, ti.dag_id, ti.run_id))
-            ti.xcom_push(key="plan", value={t: p.to_dict() for t, p in per_table.items()})
-            self.log.info("snapshot of %d table(s) in %d chunk(s), %d task(s); already finished: %s",
-                          len(todo), len(chunks), len(tasks), sorted(set(finished) - set(per_table)) or "none")
-            return [ChunkTask([replace(c, epoch=epoch) for c in t.chunks]).to_dict() for t in tasks]
+        ti.xcom_push(key="plan", value={t: p.to_dict() for t, p in per_table.items()})
+        self.log.info("snapshot of %d table(s) in %d chunk(s), %d task(s); already finished: %s",
+                      len(todo), len(chunks), len(tasks), sorted(set(finished) - set(per_table)) or "none")
+        return [ChunkTask([replace(c, epoch=epoch) for c in t.chunks]).to_dict() for t in tasks]
 
     @contextlib.contextmanager
     def _stream_held(self, context: Any, p, carrying: bool):
@@ -194,7 +205,7 @@ class PlanChunksOperator(BaseOperator):
         or an earlier try of this task) is taken over. Held long, the lease is renewed, so that no one takes it
         for stale."""
         if not carrying:
-            yield
+            yield threading.Event()
             return
         from airflow.sdk.exceptions import AirflowException
 
@@ -223,29 +234,40 @@ class PlanChunksOperator(BaseOperator):
                 raise AirflowException(f"the running stream ({holder.holder}) must stop before renamed tables are "
                                        "carried over; stop it (airflow-cdc stop) and run this task again")
             p.state.release_lease(holder.launch_id)
-        done = threading.Event()
+        done, lost = threading.Event(), threading.Event()
 
         def renew() -> None:
+            renewed = time.monotonic()
             while not done.wait(max(1.0, timeout / 4)):
-                held = p.state.read_lease()
-                if held is None or held.launch_id != mine.launch_id:
-                    return
-                p.state.write_lease(replace(mine, acquired_at=time.time()))
+                try:
+                    held = p.state.read_lease()
+                    if held is None or held.launch_id != mine.launch_id:
+                        lost.set()
+                        return
+                    p.state.write_lease(replace(mine, acquired_at=time.time()))
+                    renewed = time.monotonic()
+                except Exception as exc:  # the state store unreachable for a moment: tried again next time
+                    self.log.warning("the carry-over lease could not be renewed (%s)", exc)
+                    if time.monotonic() - renewed > timeout / 2:
+                        lost.set()
+                        return
 
         renewer = threading.Thread(target=renew, name="carry-over lease", daemon=True)
         renewer.start()
         try:
-            yield
+            yield lost
         finally:
             done.set()
-            renewer.join()
+            renewer.join(timeout)
             p.state.release_lease(mine.launch_id)
 
-    def _carry_over(self, p, sink, renames: list) -> None:
+    def _carry_over(self, p, sink, renames: list, lost: threading.Event) -> None:
         """Move each renamed table's sink data to its new name before the new name's snapshot writes there
         (``pipeline.renames``); one that cannot be moved stays dropped, and its new name is a new table. The
-        caller holds the stream lease (``_stream_held``)."""
+        caller holds the stream lease (``_stream_held``), unless ``lost``."""
         for rename, key_columns in renames:
+            if lost.is_set():
+                raise_lost_lease()
             why = carry_over(rename, p.state, sink, key_columns)
             if why is None:
                 self.log.warning("%s: its sink data moved to %s, which is snapshotted now; %s is no longer captured",

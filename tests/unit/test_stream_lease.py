@@ -233,6 +233,30 @@ def test_a_carry_over_held_long_renews_the_lease(tmp_path, monkeypatch):
     assert p.state.read_lease() is None
 
 
+def test_a_carry_over_whose_lease_was_taken_stops_before_moving_more(tmp_path, monkeypatch):
+    """Renewing finds the lease another's (taken for stale, say, after a long pause): the plan step moves nothing
+    more and plans nothing; its next try carries the rest over."""
+    from airflow.sdk.exceptions import AirflowException
+
+    monkeypatch.setenv("AIRFLOW_CONN_SRC", "mysql://cdc:pw@db.example:3306")
+    config = tmp_path / "shop.yaml"
+    config.write_text(f"source: {{conn_id: src, tables: [shop.orders]}}\nstate: {{path: {tmp_path / 'state'}}}\n"
+                      "stream: {heartbeat_timeout: 2}\n")
+    p = load_pipeline(config)
+    op, context = plan_step(str(config))
+    with op._stream_held(context, p, True) as lost:
+        p.state.release_lease(p.state.read_lease().launch_id)
+        assert p.state.try_lease(lease("x", holder="shop/run9/stream")) is None
+        deadline = time.monotonic() + 10
+        while not lost.is_set() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert lost.is_set()
+        with pytest.raises(AirflowException, match="the stream lease this plan step held to carry renamed tables "
+                                                   "over was lost"):
+            op._carry_over(p, None, [("a rename", ("id",))], lost)
+    assert p.state.read_lease().holder == "shop/run9/stream"  # the new holder's lease is left as it is
+
+
 def test_a_stream_task_waits_for_a_carry_over_and_then_takes_the_lease(pipeline):
     import threading
 
