@@ -215,15 +215,21 @@ def test_another_runs_stream_or_carry_over_refuses_it_and_a_stale_or_earlier_try
         assert p.state.read_lease().holder == "shop/run2/plan_chunks"
 
 
-def test_a_carry_over_held_long_renews_the_lease(tmp_path, monkeypatch):
-    """Another host judges the lease by the time it was taken: a carry-over held longer than the heartbeat
-    timeout renews it, so that no stream takes it for stale."""
+@pytest.fixture
+def short_heartbeat(tmp_path, monkeypatch):
+    """A pipeline whose lease is stale after 2 s without a heartbeat: a carry-over's lease is renewed each second."""
     monkeypatch.setenv("AIRFLOW_CONN_SRC", "mysql://cdc:pw@db.example:3306")
     config = tmp_path / "shop.yaml"
     config.write_text(f"source: {{conn_id: src, tables: [shop.orders]}}\nstate: {{path: {tmp_path / 'state'}}}\n"
                       "stream: {heartbeat_timeout: 2}\n")
-    p = load_pipeline(config)
-    op, context = plan_step(str(config))
+    return str(config), load_pipeline(config)
+
+
+def test_a_carry_over_held_long_renews_the_lease(short_heartbeat):
+    """Another host judges the lease by the time it was taken: a carry-over held longer than the heartbeat
+    timeout renews it, so that no stream takes it for stale."""
+    config, p = short_heartbeat
+    op, context = plan_step(config)
     with op._stream_held(context, p, True):
         taken = p.state.read_lease().acquired_at
         time.sleep(3.5)
@@ -233,17 +239,13 @@ def test_a_carry_over_held_long_renews_the_lease(tmp_path, monkeypatch):
     assert p.state.read_lease() is None
 
 
-def test_a_carry_over_whose_lease_was_taken_stops_before_moving_more(tmp_path, monkeypatch):
+def test_a_carry_over_whose_lease_was_taken_stops_before_moving_more(short_heartbeat):
     """Renewing finds the lease another's (taken for stale, say, after a long pause): the plan step moves nothing
     more and plans nothing; its next try carries the rest over."""
     from airflow.sdk.exceptions import AirflowException
 
-    monkeypatch.setenv("AIRFLOW_CONN_SRC", "mysql://cdc:pw@db.example:3306")
-    config = tmp_path / "shop.yaml"
-    config.write_text(f"source: {{conn_id: src, tables: [shop.orders]}}\nstate: {{path: {tmp_path / 'state'}}}\n"
-                      "stream: {heartbeat_timeout: 2}\n")
-    p = load_pipeline(config)
-    op, context = plan_step(str(config))
+    config, p = short_heartbeat
+    op, context = plan_step(config)
     with op._stream_held(context, p, True) as lost:
         p.state.release_lease(p.state.read_lease().launch_id)
         assert p.state.try_lease(lease("x", holder="shop/run9/stream")) is None
