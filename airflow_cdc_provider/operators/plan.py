@@ -178,9 +178,7 @@ class PlanChunksOperator(BaseOperator):
         todo = [s for s in plan.schemas if needs_snapshot(s)]
         self._stop_a_stream_that_misses(p, {str(s.table) for s in todo}, backfill)
         carried_now = [(renames[str(s.table)], s.key_columns) for s in todo if str(s.table) in renames]
-        epoch = int(time.time() * 1000)
         chunks, tasks = plan.chunks, plan.tasks
-        per_table = {str(s.table): TablePlan(epoch, sum(1 for c in chunks if c.table == s.table)) for s in todo}
         ti = context["ti"]
         with self._stream_held(context, p, bool(unfinished or carried_now)) as lost:
             if unfinished:
@@ -188,6 +186,10 @@ class PlanChunksOperator(BaseOperator):
             self._carry_over(p, sink, carried_now, lost)
             if lost.is_set():
                 raise_lost_lease()
+            # planned after the moves: only a snapshot planned after a table was carried over counts for it
+            # (``StateStore.carried_tables``)
+            epoch = int(time.time() * 1000)
+            per_table = {str(s.table): TablePlan(epoch, sum(1 for c in chunks if c.table == s.table)) for s in todo}
             for table in per_table:
                 p.state.write_planned_snapshot(PlannedSnapshot(table, epoch, ti.dag_id, ti.run_id))
         ti.xcom_push(key="plan", value={t: p.to_dict() for t, p in per_table.items()})
