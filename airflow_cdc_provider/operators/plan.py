@@ -39,6 +39,18 @@ def raise_lost_lease() -> None:
                            "carried over stays, the rest is done then")
 
 
+def stop_stream(p, holder: StreamLease, timeout: float) -> None:
+    """Stop the running stream holding ``holder`` (gracefully, after its current batch); fail if it did not."""
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_cdc_provider.operators.stream import holder_alive, stop_holder
+
+    stop_holder(p, holder, timeout)
+    if holder_alive(p, holder, timeout):
+        raise AirflowException(f"the running stream ({holder.holder}) did not stop; stop it (airflow-cdc stop) and "
+                               "run this task again")
+
+
 class ValidateSourceOperator(BaseOperator):
     """Fail fast, listing every problem of the source (binlog settings, privileges, tables, keys) with its fix."""
 
@@ -211,7 +223,7 @@ class PlanChunksOperator(BaseOperator):
             return
         from airflow.sdk.exceptions import AirflowException
 
-        from airflow_cdc_provider.operators.stream import holder_alive, stop_holder
+        from airflow_cdc_provider.operators.stream import holder_alive
 
         ti, timeout = context["ti"], float(p.stream.heartbeat_timeout)
         mine = StreamLease(uuid.uuid4().hex, f"{ti.dag_id}/{ti.run_id}/{ti.task_id}", int(ti.try_number or 1),
@@ -225,10 +237,7 @@ class PlanChunksOperator(BaseOperator):
                 self.log.warning("the running stream (%s) does not read the renamed tables' new names, about to be "
                                  "snapshotted: stopping it (after its current batch) while they are carried over; "
                                  "this run's stream task launches it again", holder.holder)
-                stop_holder(p, holder, timeout)
-                if holder_alive(p, holder, timeout):
-                    raise AirflowException(f"the running stream ({holder.holder}) did not stop; stop it (airflow-cdc "
-                                           "stop) and run this task again")
+                stop_stream(p, holder, timeout)
             elif holder.mode == CARRY_OVER_MODE:
                 raise AirflowException(f"{holder.holder} is carrying renamed tables over: run this task again once it "
                                        "has finished")
@@ -314,9 +323,7 @@ class PlanChunksOperator(BaseOperator):
         watermark without the table's changes, and resume past them. With the stream stopped the snapshot ends
         ahead of its checkpoint, and this run's stream task launches it again with the table. A backfill, which
         launches no stream, is refused instead."""
-        from airflow.sdk.exceptions import AirflowException
-
-        from airflow_cdc_provider.operators.stream import holder_alive, stop_holder, tables_new_to_running_stream
+        from airflow_cdc_provider.operators.stream import tables_new_to_running_stream
 
         timeout = float(p.stream.heartbeat_timeout)
         holder, new = tables_new_to_running_stream(p, tables, timeout)
@@ -330,7 +337,4 @@ class PlanChunksOperator(BaseOperator):
         self.log.warning("the running stream (%s) does not read %s, about to be snapshotted: stopping it (after its "
                          "current batch) until the snapshot is done; this run's stream task launches it again, "
                          "reading them too", holder.holder, sorted(new))
-        stop_holder(p, holder, timeout)
-        if holder_alive(p, holder, timeout):
-            raise AirflowException(f"the running stream ({holder.holder}) did not stop; stop it (airflow-cdc stop) "
-                                   "and run this task again")
+        stop_stream(p, holder, timeout)

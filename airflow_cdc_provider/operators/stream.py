@@ -158,15 +158,14 @@ class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
             return {"skipped": "stream running", "holder": holder.holder, "taken_up": taken_up}
         try:  # again under the lease: a plan step carrying renamed tables over, which holds it, may have moved them
             tables = self._tables_to_stream(context, p)
-            if not isinstance(tables, dict):
-                self._hold_tables_passed_unread(p, tables)
-                p.state.add_streamed_tables(tables)
+            if isinstance(tables, dict):
+                p.state.release_lease(lease.launch_id)
+                return tables
+            self._hold_tables_passed_unread(p, tables)
+            p.state.add_streamed_tables(tables)
         except BaseException:
             p.state.release_lease(lease.launch_id)
             raise
-        if isinstance(tables, dict):
-            p.state.release_lease(lease.launch_id)
-            return tables
         if p.stream.mode == "continuous":
             return self._run_continuous(context, p, lease, tables)
         try:

@@ -414,8 +414,8 @@ def swept_clause(tags: list[str]) -> str:
     """Which rows a retried window's tombstone (a deleted source row at its low watermark) may take: a row its
     chunks' earlier attempt wrote as read, as the row is at the commit (the stream may have changed it since the
     tombstones were found), and older than the tombstone."""
-    return (f"s.{ident(DELETED)} AND NOT t.{ident(DELETED)} AND t._cdc_op = 'r' AND t.{ident(CHUNK)} IN ({literals(tags)}) "
-            f"AND {older_than('t', 's')}")
+    return (f"s.{ident(DELETED)} AND NOT t.{ident(DELETED)} AND t._cdc_op = 'r' "
+            f"AND t.{ident(CHUNK)} IN ({literals(tags)}) AND {older_than('t', 's')}")
 
 
 def orderable_key(arrow_type) -> bool:
@@ -1029,7 +1029,8 @@ class DeltaSink(FileSink):
         mid_write()
         if not rows.num_rows:
             return
-        self._merge(table, keys, rows_source(rows, table), app, f"stream batch {batch_id}", key_range=first_key_range(rows, keys))
+        self._merge(table, keys, rows_source(rows, table), app, f"stream batch {batch_id}",
+                    key_range=first_key_range(rows, keys))
 
     def commit_changes(self, types, staging: str, app: tuple[str, int]) -> None:
         """MERGE the staged changes (the table's columns, one row per key) under ``app`` = (app id, batch id),
@@ -1581,8 +1582,8 @@ class WrittenDeltaWindow:
                                 ).toArrow()
             last_range = first_key_range(last, keys)
 
-            sink._merge(table, keys, rows_source(last, table), app, f"{what}, the last changes of its binlog window", snapshot=True,
-                        key_range=last_range, take_over=False)
+            sink._merge(table, keys, rows_source(last, table), app, f"{what}, the last changes of its binlog window",
+                        snapshot=True, key_range=last_range, take_over=False)
             key_range = None if key_range is None or last_range is None else \
                 (min(key_range[0], last_range[0]), max(key_range[1], last_range[1]))
         if changes.touched or changes.truncated:

@@ -22,13 +22,18 @@ from airflow_cdc_provider.state.store import StateStore
 HOST = socket.gethostname()
 
 
-@pytest.fixture
-def pipeline(tmp_path, monkeypatch):
+def pipeline_of(tmp_path, monkeypatch, stream: str):
+    """A pipeline YAML of one table with ``stream`` as its stream section: its path and the pipeline."""
     monkeypatch.setenv("AIRFLOW_CONN_SRC", "mysql://cdc:pw@db.example:3306")
     config = tmp_path / "shop.yaml"
     config.write_text(f"source: {{conn_id: src, tables: [shop.orders]}}\nstate: {{path: {tmp_path / 'state'}}}\n"
-                      "stream: {mode: continuous, heartbeat_timeout: 30}\n")
+                      f"stream: {stream}\n")
     return str(config), load_pipeline(config)
+
+
+@pytest.fixture
+def pipeline(tmp_path, monkeypatch):
+    return pipeline_of(tmp_path, monkeypatch, "{mode: continuous, heartbeat_timeout: 30}")
 
 
 def lease(launch_id, holder="shop/run1/stream", try_number=1, pid=None, launch=None, host=HOST):
@@ -218,11 +223,7 @@ def test_another_runs_stream_or_carry_over_refuses_it_and_a_stale_or_earlier_try
 @pytest.fixture
 def short_heartbeat(tmp_path, monkeypatch):
     """A pipeline whose lease is stale after 2 s without a heartbeat: a carry-over's lease is renewed each second."""
-    monkeypatch.setenv("AIRFLOW_CONN_SRC", "mysql://cdc:pw@db.example:3306")
-    config = tmp_path / "shop.yaml"
-    config.write_text(f"source: {{conn_id: src, tables: [shop.orders]}}\nstate: {{path: {tmp_path / 'state'}}}\n"
-                      "stream: {heartbeat_timeout: 2}\n")
-    return str(config), load_pipeline(config)
+    return pipeline_of(tmp_path, monkeypatch, "{heartbeat_timeout: 2}")
 
 
 def test_a_carry_over_held_long_renews_the_lease(short_heartbeat):
