@@ -11,7 +11,10 @@ size, on one sysbench table:
 * a backlog of row changes made with both replicas stopped: our stream task vs pg_chameleon's replay
   (``start_replica`` until its batches report every change replayed);
 * count and checksum of both replicas against MariaDB after the snapshot and after the catch-up; a divergence is
-  a result line, the run goes on.
+  a result line, the run goes on;
+* unless ``--no-connect``: the same snapshot and catch-up by a second pipeline whose tasks are sessions of a
+  long-lived Spark Connect server (``spark.connect_conn_id``, opt-in), started before them and warmed by one
+  snapshot DAG of its own, as a deployment's server has served tasks before: no JVM starts in a task.
 
 pg_chameleon is installed into a venv of its own under the bench's work directory (Debian's python3: the venv
 must be usable by another user) and runs as the ``postgres`` OS user, because it refuses to run as root. Its
@@ -41,6 +44,7 @@ import yaml
 
 from airflow_cdc_provider.testing.mariadb import PrivateMariaDB
 from airflow_cdc_provider.testing.postgres import PrivatePostgres
+from airflow_cdc_provider.testing.spark_connect import PrivateSparkConnect
 from airflow_cdc_provider.testing.sysbench import sysbench
 
 if TYPE_CHECKING:
@@ -399,9 +403,32 @@ def our_mirror_checksum(bench: "Bench", dag_id: str, schema: str, table: str) ->
         return postgres_checksum(conn, f'"{dag_id}"."{schema}__{table}"', where=" WHERE NOT _cdc_deleted")
 
 
-def side_by_side(bench: "Bench", rows: int, changes: int) -> None:
+def chunk_task_time(result: dict) -> float:
+    """The chunk tasks' time of a DAG run (``Bench.run``'s result): their sessions, watermarks, reads and writes."""
+    return sum(t["end"] - t["start"] for t in result["tis"] if t["task_id"] == "snapshot_chunk")
+
+
+def snapshot_on_connect(bench: "Bench", stack: contextlib.ExitStack, db: str, source_table: str,
+                        dag_id: str) -> tuple[float, float | None, float, tuple[int, int]]:
+    """Our jdbc snapshot of ``source_table`` by pipeline ``dag_id`` with its tasks on a Spark Connect server
+    started here (it stays up in ``stack`` for the pipeline's catch-up) after one snapshot DAG of its own (a
+    pipeline of the same table into its own schema): its snapshot phase, what ``dag.test()`` took to start its
+    first task, its chunk tasks' time, and its mirror's checksum."""
+    server = stack.enter_context(PrivateSparkConnect(base_dir=str(bench.work / f"connect-{db}")))
+    bench.env["AIRFLOW_CONN_BENCH_CONNECT"] = server.connection_uri()
+    spark = {"connect_conn_id": "bench_connect"}
+    bench.pipeline(f"{dag_id}_warm", [source_table], sink="jdbc", spark=spark)
+    bench.run(f"{dag_id}_warm", preload=True)
+    bench.pipeline(dag_id, [source_table], sink="jdbc", spark=spark)
+    res = bench.run(dag_id, preload=True)
+    return (bench.span(res, SNAPSHOT_TASKS), bench.first_task_harness(dag_id, res), chunk_task_time(res),
+            our_mirror_checksum(bench, dag_id, db, "sbtest1"))
+
+
+def side_by_side(bench: "Bench", rows: int, changes: int, connect: bool = True) -> None:
     """Our jdbc sink and pg_chameleon on one ``rows``-row sysbench table: write stall of each snapshot, snapshot
-    time on an idle source, catch-up of ``changes`` row changes, and both replicas checked against MariaDB."""
+    time on an idle source, catch-up of ``changes`` row changes, and both replicas checked against MariaDB.
+    ``connect``: our snapshot and catch-up also with the tasks on a long-lived Spark Connect server."""
     db = f"cham{rows}"
     results = bench.results
     print(f"\n== pg_chameleon side by side: {rows} rows, {changes} changes", flush=True)
@@ -415,6 +442,8 @@ def side_by_side(bench: "Bench", rows: int, changes: int) -> None:
     def writer(name: str) -> Writer:
         return Writer(bench.db, db, rows, bench.work / f"{db}-writer-{name}.log")
 
+    on_connect = f"{db}_connect"
+    stack = contextlib.ExitStack()
     try:
         # the write stall: the writer runs through each snapshot, then alone for as long as our snapshot took
         loaded_dag = f"{db}_load"
@@ -451,10 +480,14 @@ def side_by_side(bench: "Bench", rows: int, changes: int) -> None:
         res = bench.run(db)
         ours_process = time.monotonic() - t
         ours_snapshot = bench.span(res, SNAPSHOT_TASKS)
+        ours_chunks = chunk_task_time(res)
         harness = bench.first_task_harness(db, res)
         ours_copy = our_mirror_checksum(bench, db, db, "sbtest1")
         print(f"  idle source: pg_chameleon init_replica {cham_init:.1f}s, our snapshot phase {ours_snapshot:.1f}s",
               flush=True)
+        if connect:
+            connected = snapshot_on_connect(bench, stack, db, source_table, on_connect)
+            print(f"  idle source, on Spark Connect: our snapshot phase {connected[0]:.1f}s", flush=True)
 
         # catch-up of a backlog made with both replicas stopped
         events = changes // CHANGES_PER_EVENT
@@ -470,6 +503,11 @@ def side_by_side(bench: "Bench", rows: int, changes: int) -> None:
         cham_replay, replayed, problem = cham.replay(events * CHANGES_PER_EVENT,
                                                      timeout=120 + events * CHANGES_PER_EVENT / 1000)
         cham.stop()
+        if connect:
+            res = bench.run(on_connect, preload=True)
+            connect_stream = next(x for x in res["tis"] if x["task_id"] == "stream")
+            connect_emitted = res["xcom"]["stream[-1]"]["rows_emitted"]
+            connect_after = our_mirror_checksum(bench, on_connect, db, "sbtest1")
         print(f"  catch-up: ours {emitted} rows in {ours_stream:.1f}s (stream task), pg_chameleon {replayed} rows "
               f"in {cham_replay:.1f}s{' (' + problem + ')' if problem else ''}", flush=True)
         source_after = mariadb_checksum(bench.db, source_table)
@@ -477,6 +515,7 @@ def side_by_side(bench: "Bench", rows: int, changes: int) -> None:
         ours_after = our_mirror_checksum(bench, db, db, "sbtest1")
     finally:
         cham.stop()
+        stack.close()
 
     results.add(f"pg_chameleon: snapshot {rows:,} rows -> jdbc (snapshot phase: validate -> collect) vs pg_chameleon "
                 "init_replica, idle source", f"{ours_snapshot:.1f} s", f"{cham_init:.1f} s",
@@ -485,10 +524,26 @@ def side_by_side(bench: "Bench", rows: int, changes: int) -> None:
         results.add(f"  same, less the {harness:.1f} s dag.test() takes to start its first task (a running deployment "
                     "does not)", f"{ours_snapshot - harness:.1f} s", f"{cham_init:.1f} s",
                     f"{(ours_snapshot - harness) / cham_init:.2f}x time", "(reference)")
+    results.add("  same, its chunk task alone (spark-submit, the session, the watermarks, the read and the COPY) vs "
+                "init_replica", f"{ours_chunks:.1f} s", f"{cham_init:.1f} s", f"{ours_chunks / cham_init:.2f}x time",
+                "(reference)")
     results.add("  same, our whole dag.test() process (Airflow start, snapshot, an empty stream) vs init_replica",
                 f"{ours_process:.1f} s", f"{cham_init:.1f} s", f"{ours_process / cham_init:.2f}x time", "(reference)")
     results.add(f"  same under the writer ({WRITER_TPS} tps): snapshot phase vs init_replica",
                 f"{ours_loaded:.1f} s", f"{cham_loaded:.1f} s", f"{ours_loaded / cham_loaded:.2f}x time", "(reference)")
+    if connect:
+        connect_snapshot, connect_harness, connect_chunks, connect_copy = connected
+        results.add("  same, tasks on a long-lived Spark Connect server (opt-in; it has served one snapshot DAG "
+                    "before): snapshot phase vs init_replica", f"{connect_snapshot:.1f} s", f"{cham_init:.1f} s",
+                    f"{connect_snapshot / cham_init:.2f}x time", "<= 1.0x")
+        if connect_harness is not None:
+            less = connect_snapshot - connect_harness
+            results.add(f"  same on Spark Connect, less the {connect_harness:.1f} s dag.test() takes to start its "
+                        "first task", f"{less:.1f} s", f"{cham_init:.1f} s", f"{less / cham_init:.2f}x time",
+                        "(reference)")
+        results.add("  same on Spark Connect, its chunk task alone (the session, the watermarks, the read and the "
+                    "COPY) vs init_replica", f"{connect_chunks:.1f} s", f"{cham_init:.1f} s",
+                    f"{connect_chunks / cham_init:.2f}x time", "(reference)")
     none = stall(none_stall)
     for who, seconds in (("our snapshot (no lock)", ours_stall), ("pg_chameleon init_replica (FLUSH TABLES WITH "
                                                                     "READ LOCK)", cham_stall)):
@@ -508,11 +563,19 @@ def side_by_side(bench: "Bench", rows: int, changes: int) -> None:
                 f"{emitted / ours_catchup_process:,.0f} rows/s", cham_cell,
                 f"{emitted / ours_catchup_process / cham_rate:.2f}x throughput" if cham_rate and not problem else "-",
                 "(reference)")
+    if connect:
+        connect_rate = connect_emitted / (connect_stream["end"] - connect_stream["start"])
+        results.add("  same, the stream task on the Spark Connect server vs the replay", f"{connect_rate:,.0f} rows/s",
+                    cham_cell, f"{connect_rate / cham_rate:.2f}x throughput" if cham_rate and not problem else "-",
+                    ">= 3x")
     for what, replica, base in (("pg_chameleon replica after init_replica", cham_copy, source),
                                 ("our jdbc mirror after the snapshot", ours_copy, source),
                                 (f"pg_chameleon replica after the replay of {changes:,} changes", cham_after,
                                  source_after),
                                 (f"our jdbc mirror after the catch-up of {changes:,} changes", ours_after,
-                                 source_after)):
+                                 source_after),
+                                *((("our jdbc mirror on Spark Connect after the snapshot", connect_copy, source),
+                                   (f"our jdbc mirror on Spark Connect after the catch-up of {changes:,} changes",
+                                    connect_after, source_after)) if connect else ())):
         ours_cell, base_cell, verdict = compare(base, replica)
         results.add(f"correctness: {what} vs MariaDB (count + md5 checksum)", ours_cell, base_cell, verdict, "match")

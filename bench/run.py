@@ -260,11 +260,14 @@ class Bench:
 
     def run(self, dag_id: str, preload: bool = False, conf: dict | None = None) -> dict:
         """``dag.test()`` of ``dag_id`` in a new process (``conf``: its run's); ``preload``: one with the Spark
-        Connect worker preload."""
+        Connect worker preload. Its log is ``<dag_id>.log``; an earlier run's becomes ``<dag_id>.<n>.log``."""
         env = self.env
         if preload:  # its airflow_local_settings.py on the process's sys.path
             env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [self.preload_dir, env.get("PYTHONPATH")]))}
-        res = run_dag(env, self.work / "dags", dag_id, conf=conf, timeout=7200, log_file=self.work / f"{dag_id}.log")
+        log = self.work / f"{dag_id}.log"
+        if log.exists():  # an earlier run's log is kept, numbered
+            log.rename(self.work / f"{dag_id}.{len(list(self.work.glob(f'{dag_id}.*.log'))) + 1}.log")
+        res = run_dag(env, self.work / "dags", dag_id, conf=conf, timeout=7200, log_file=log)
         if res["state"] != "success":
             raise RuntimeError(f"DAG {dag_id} failed; see {self.work / f'{dag_id}.log'}")
         return res
@@ -874,7 +877,7 @@ def main() -> int:
                 bench.latency(args.latency_seconds, args.latency_rate, args.latency_trigger)
             if "chameleon" in only:
                 for rows in (int(x) for x in args.chameleon_rows.split(",") if x):
-                    chameleon_side_by_side(bench, rows, args.changes)
+                    chameleon_side_by_side(bench, rows, args.changes, connect=not args.no_connect)
             if "alters" in only:
                 alters_vs_plain(bench, args.alter_changes, args.alter_every, sinks)
             if "resnapshot" in only:

@@ -138,8 +138,10 @@ class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
         holder = self._acquire_lease(p, lease)
         if holder is not None and p.stream.startup != "initial":
             # a table captured since it was launched: it reads it once launched again (a snapshotted table is
-            # stopped for by the plan step, before its snapshot)
-            _, new = tables_new_to_running_stream(p, set(tables), self._timeout(p))
+            # stopped for by the plan step, before its snapshot). The tables are read again: a carry-over waited
+            # for above may have moved some to new names, which the running stream, launched after it, reads
+            now = self._tables_to_stream(context, p)
+            _, new = tables_new_to_running_stream(p, set(now) if isinstance(now, list) else set(), self._timeout(p))
             if new:
                 self.log.warning("the running stream (%s) does not read %s, captured since it was launched: stopping "
                                  "it (after its current batch) to launch it again reading them too", holder.holder,
