@@ -223,8 +223,9 @@ class PlanChunksOperator(BaseOperator):
             return
         from airflow.sdk.exceptions import AirflowException
 
-        from airflow_cdc_provider.operators.stream import holder_alive
+        from airflow_cdc_provider.operators.stream import holder_alive, lease_unleased_stream
 
+        lease_unleased_stream(p)
         ti, timeout = context["ti"], float(p.stream.heartbeat_timeout)
         mine = StreamLease(uuid.uuid4().hex, f"{ti.dag_id}/{ti.run_id}/{ti.task_id}", int(ti.try_number or 1),
                            socket.gethostname(), os.getpid(), CARRY_OVER_MODE)
@@ -323,8 +324,9 @@ class PlanChunksOperator(BaseOperator):
         watermark without the table's changes, and resume past them. With the stream stopped the snapshot ends
         ahead of its checkpoint, and this run's stream task launches it again with the table. A backfill, which
         launches no stream, is refused instead."""
-        from airflow_cdc_provider.operators.stream import tables_new_to_running_stream
+        from airflow_cdc_provider.operators.stream import lease_unleased_stream, tables_new_to_running_stream
 
+        lease_unleased_stream(p)
         timeout = float(p.stream.heartbeat_timeout)
         holder, new = tables_new_to_running_stream(p, tables, timeout)
         if not new:

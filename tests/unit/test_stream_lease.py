@@ -188,6 +188,30 @@ def test_a_running_continuous_stream_is_stopped_for_the_carry_over(pipeline):
             proc.kill()
 
 
+@pytest.mark.parametrize("step", ["carry-over", "table new to the stream"])
+def test_a_plan_step_stops_a_stream_launched_before_leases_existed(pipeline, step):
+    """An earlier provider version's stream (a launch record, no lease) is stopped as a leased one is: left
+    running, it would write the carried tables' old names again, or pass a new table's snapshot unread."""
+    config, p = pipeline
+    op, context = plan_step(config)
+    proc, launch = a_job()
+    try:
+        p.state.write_launch(launch)
+        if step == "carry-over":
+            with op._stream_held(context, p, True):
+                assert proc.wait(10) is not None  # stopped (SIGTERM first)
+                assert p.state.read_lease().holder == "shop/run2/plan_chunks"
+            assert p.state.read_lease() is None
+        else:
+            op._stop_a_stream_that_misses(p, {"shop.orders"}, backfill=False)
+            assert proc.wait(10) is not None
+        assert not p.state.stop_requested()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_another_runs_stream_or_carry_over_refuses_it_and_a_stale_or_earlier_try_is_taken_over(pipeline):
     from airflow.sdk.exceptions import AirflowException
 
