@@ -212,9 +212,13 @@ def test_a_plan_step_stops_a_stream_launched_before_leases_existed(pipeline, ste
             proc.wait()
 
 
-def test_another_runs_stream_or_carry_over_refuses_it_and_a_stale_or_earlier_try_is_taken_over(pipeline):
+def test_another_runs_stream_or_carry_over_refuses_it_and_a_stale_or_earlier_try_is_taken_over(pipeline,
+                                                                                               monkeypatch):
     from airflow.sdk.exceptions import AirflowException
 
+    from airflow_cdc_provider.operators import stream as stream_module
+
+    monkeypatch.setattr(stream_module, "CARRY_OVER_WAIT_SECONDS", 1)  # waited for, then refused
     config, p = pipeline
     op, context = plan_step(config, try_number=2)
     other = replace(lease("a", holder="shop/run1/stream"), mode="available_now")  # its job in its live task process
@@ -242,6 +246,33 @@ def test_another_runs_stream_or_carry_over_refuses_it_and_a_stale_or_earlier_try
     p.state.try_lease(lease("z", launch=launch))
     with op._stream_held(context, p, True):
         assert p.state.read_lease().holder == "shop/run2/plan_chunks"
+
+
+def test_a_carry_over_waits_for_another_runs_catch_up_to_end(pipeline):
+    """An available_now stream ends by itself: the plan step waits for it, then carries over."""
+    import threading
+
+    config, p = pipeline
+    op, context = plan_step(config)
+    other = replace(lease("a", holder="shop/run1/stream"), mode="available_now")  # its job in its live task process
+    p.state.try_lease(other)
+    ended = []
+
+    def catch_up_ends():
+        time.sleep(2.0)
+        ended.append(time.monotonic())
+        p.state.release_lease("a")
+
+    t = threading.Thread(target=catch_up_ends)
+    t.start()
+    try:
+        with op._stream_held(context, p, True):
+            taken = time.monotonic()
+            assert p.state.read_lease().holder == "shop/run2/plan_chunks"
+    finally:
+        t.join()
+    assert ended and taken >= ended[0]  # not before the catch-up gave the lease up
+    assert p.state.read_lease() is None
 
 
 @pytest.fixture
