@@ -226,8 +226,8 @@ class PlanChunksOperator(BaseOperator):
 
         from airflow_cdc_provider.operators.stream import CARRY_OVER_WAIT_SECONDS, holder_alive, lease_unleased_stream
 
-        lease_unleased_stream(p)
         ti, timeout = context["ti"], float(p.stream.heartbeat_timeout)
+        lease_unleased_stream(p, timeout)
         mine = StreamLease(uuid.uuid4().hex, f"{ti.dag_id}/{ti.run_id}/{ti.task_id}", int(ti.try_number or 1),
                            socket.gethostname(), os.getpid(), CARRY_OVER_MODE)
         wait_ends, waited_for = time.monotonic() + CARRY_OVER_WAIT_SECONDS, None
@@ -336,8 +336,8 @@ class PlanChunksOperator(BaseOperator):
         launches no stream, is refused instead."""
         from airflow_cdc_provider.operators.stream import lease_unleased_stream, tables_new_to_running_stream
 
-        lease_unleased_stream(p)
         timeout = float(p.stream.heartbeat_timeout)
+        lease_unleased_stream(p, timeout)
         holder, new = tables_new_to_running_stream(p, tables, timeout)
         if not new:
             return

@@ -62,14 +62,17 @@ def stop_holder(p, lease: StreamLease, heartbeat_timeout: float) -> None:
     p.state.clear_stop()
 
 
-def lease_unleased_stream(p) -> None:
-    """A stream launched before leases existed (by an earlier provider version) holds the lease all the same: it
-    is taken in its name, so that a stream task does not launch a second one beside it and a plan step stops it
-    as it stops any running stream (for a table new to it, or a carry-over)."""
+def lease_unleased_stream(p, heartbeat_timeout: float) -> None:
+    """A stream launched before leases existed (by an earlier provider version) that still runs holds the lease
+    all the same: it is taken in its name, so that a stream task does not launch a second one beside it and a
+    plan step stops it as it stops any running stream (for a table new to it, or a carry-over)."""
     launched = p.state.read_launch()
-    if launched is not None and p.state.read_lease() is None and SparkJobHook.alive(launched) is not False:
-        p.state.try_lease(StreamLease(launched.launch_id, "a stream launched without a lease", 0, launched.host or "",
-                                      launched.pid or 0, "continuous", launched.started_at, launched))
+    if launched is None or p.state.read_lease() is not None:
+        return
+    lease = StreamLease(launched.launch_id, "a stream launched without a lease", 0, launched.host or "",
+                        launched.pid or 0, "continuous", launched.started_at, launched)
+    if holder_alive(p, lease, heartbeat_timeout):
+        p.state.try_lease(lease)
 
 
 def tables_new_to_running_stream(p, tables: set[str], heartbeat_timeout: float) -> tuple[StreamLease | None, set[str]]:
@@ -230,7 +233,7 @@ class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
         lease (its holder gone) is taken over; so is the lease of an earlier try of this same task (a cleared
         stream task): its job is stopped first, gracefully, and this try resumes from the checkpoint. A plan step
         carrying renamed tables over holds it for seconds: waited for, up to ``CARRY_OVER_WAIT_SECONDS``."""
-        lease_unleased_stream(p)
+        lease_unleased_stream(p, self._timeout(p))
         carry_over_ends = time.monotonic() + CARRY_OVER_WAIT_SECONDS
         while True:
             other = p.state.try_lease(lease)

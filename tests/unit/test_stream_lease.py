@@ -212,6 +212,21 @@ def test_a_plan_step_stops_a_stream_launched_before_leases_existed(pipeline, ste
             proc.wait()
 
 
+def test_a_stream_launched_before_leases_existed_and_gone_is_given_no_lease(pipeline):
+    """Its launch record stays behind: neither a plan step nor a stream task takes a lease in its name."""
+    config, p = pipeline
+    proc, launch = a_job()
+    proc.kill()
+    proc.wait()
+    p.state.write_launch(launch)
+    op, _ = plan_step(config)
+    op._stop_a_stream_that_misses(p, {"shop.orders"}, backfill=False)
+    assert p.state.read_lease() is None
+    mine = lease("b", holder="shop/run2/stream")
+    assert BinlogStreamOperator(task_id="stream", config=config)._acquire_lease(p, mine) is None
+    assert p.state.read_lease() == mine
+
+
 def test_another_runs_stream_or_carry_over_refuses_it_and_a_stale_or_earlier_try_is_taken_over(pipeline,
                                                                                                monkeypatch):
     from airflow.sdk.exceptions import AirflowException
