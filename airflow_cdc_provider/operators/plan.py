@@ -215,22 +215,20 @@ class PlanChunksOperator(BaseOperator):
         (``CARRY_OVER_MODE``) from before the sink data moves until the new names' snapshots are planned: a stream
         launched in between would still read the old names (and write them to the sink again) and not yet wait for
         the new names' snapshots. A running continuous stream is stopped first (it does not read the new names,
-        which are snapshotted now); another run's ``available_now`` stream or carry-over, which ends by itself, is
-        waited for up to ``CARRY_OVER_WAIT_SECONDS``, then refuses it; a stale lease (its holder gone, or an
-        earlier try of this task) is taken over. Held long, the lease is renewed, so that no one takes it for
-        stale."""
+        which are snapshotted now); another run's stream or carry-over refuses it; a stale lease (its holder gone,
+        or an earlier try of this task) is taken over. Held long, the lease is renewed, so that no one takes it
+        for stale."""
         if not carrying:
             yield threading.Event()
             return
         from airflow.sdk.exceptions import AirflowException
 
-        from airflow_cdc_provider.operators.stream import CARRY_OVER_WAIT_SECONDS, holder_alive, lease_unleased_stream
+        from airflow_cdc_provider.operators.stream import holder_alive, lease_unleased_stream
 
         ti, timeout = context["ti"], float(p.stream.heartbeat_timeout)
         lease_unleased_stream(p, timeout)
         mine = StreamLease(uuid.uuid4().hex, f"{ti.dag_id}/{ti.run_id}/{ti.task_id}", int(ti.try_number or 1),
                            socket.gethostname(), os.getpid(), CARRY_OVER_MODE)
-        wait_ends, waited_for = time.monotonic() + CARRY_OVER_WAIT_SECONDS, None
         while (holder := p.state.try_lease(mine)) is not None:
             earlier_try = holder.holder == mine.holder and holder.try_number < mine.try_number
             if earlier_try or not holder_alive(p, holder, timeout):
@@ -241,20 +239,12 @@ class PlanChunksOperator(BaseOperator):
                                  "snapshotted: stopping it (after its current batch) while they are carried over; "
                                  "this run's stream task launches it again", holder.holder)
                 stop_stream(p, holder, timeout)
-            elif time.monotonic() < wait_ends:  # another run's catch-up or carry-over, which ends by itself
-                if waited_for != holder.launch_id:
-                    self.log.info("%s holds the stream lease (%s): waiting for it to end, up to %d s, before renamed "
-                                  "tables are carried over", holder.holder, holder.mode, CARRY_OVER_WAIT_SECONDS)
-                    waited_for = holder.launch_id
-                time.sleep(1.0)
-                continue
             elif holder.mode == CARRY_OVER_MODE:
-                raise AirflowException(f"{holder.holder} is carrying renamed tables over (still after "
-                                       f"{CARRY_OVER_WAIT_SECONDS} s): run this task again once it has finished")
+                raise AirflowException(f"{holder.holder} is carrying renamed tables over: run this task again once it "
+                                       "has finished")
             else:
                 raise AirflowException(f"the running stream ({holder.holder}) must stop before renamed tables are "
-                                       f"carried over (it still ran after {CARRY_OVER_WAIT_SECONDS} s); stop it "
-                                       "(airflow-cdc stop) or let it finish, and run this task again")
+                                       "carried over; stop it (airflow-cdc stop) and run this task again")
             p.state.release_lease(holder.launch_id)
         done, lost = threading.Event(), threading.Event()
 

@@ -35,8 +35,7 @@ from airflow_cdc_provider.state.records import (
 )
 
 STOP_GRACE_SECONDS = 90  # a graceful stop ends the running batch first
-# how long a stream task waits for a plan step carrying renamed tables over (it holds the stream lease meanwhile),
-# and such a plan step for another run's available_now stream or carry-over to end
+# how long a stream task waits for a plan step carrying renamed tables over (it holds the stream lease meanwhile)
 CARRY_OVER_WAIT_SECONDS = 120
 
 
