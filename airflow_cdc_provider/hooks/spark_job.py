@@ -37,8 +37,21 @@ from airflow_cdc_provider.spark.launch.target import SparkTarget
 from airflow_cdc_provider.state.records import StreamLaunch
 
 
-def process_alive(pid: int | None) -> bool:
-    """True while ``pid`` runs. Reaps it when it is our exited child; a zombie counts as dead."""
+def process_start(pid: int | None) -> int | None:
+    """When process ``pid`` started, in clock ticks after boot (Linux's ``/proc/<pid>/stat``); None when it does
+    not run or this host cannot tell. With its pid it names one process: a pid alone names another process once
+    the first has ended and the kernel hands the pid out again. Ticks after boot, unlike a wall-clock time, do not
+    move when the clock is set."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def process_alive(pid: int | None, started: int | None = None) -> bool:
+    """True while ``pid`` runs, and, given ``started`` (its ``process_start``), is still the process that started
+    then, not another one given the same pid since. Reaps it when it is our exited child; a zombie counts as dead."""
     if not pid:
         return False
     try:
@@ -53,9 +66,10 @@ def process_alive(pid: int | None) -> bool:
         return False
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+            fields = f.read().rsplit(")", 1)[1].split()
     except OSError:
         return True
+    return fields[0] != "Z" and (started is None or int(fields[19]) == started)
 
 
 class SparkJobHook(BaseHook):
@@ -99,7 +113,8 @@ class SparkJobHook(BaseHook):
             # outlive the task in the job, or the supervisor holds the worker slot until it times the socket out
             proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
-        return StreamLaunch(launch_id, started, str(log_path), pid=proc.pid, host=socket.gethostname())
+        return StreamLaunch(launch_id, started, str(log_path), pid=proc.pid, host=socket.gethostname(),
+                            pid_start=process_start(proc.pid))
 
     @staticmethod
     def alive(launch: StreamLaunch) -> bool | None:
@@ -113,7 +128,7 @@ class SparkJobHook(BaseHook):
             return False
         if launch.host and launch.host != socket.gethostname():
             return None
-        return process_alive(launch.pid)
+        return process_alive(launch.pid, launch.pid_start)
 
     @staticmethod
     def signal_stop(launch: StreamLaunch) -> None:
@@ -136,7 +151,7 @@ class SparkJobHook(BaseHook):
         if cls.alive(launch):
             if launch.driver_id and launch.rest_url:
                 StandaloneRest(launch.rest_url).kill(launch.driver_id)
-            elif process_alive(launch.pid):
+            elif process_alive(launch.pid, launch.pid_start):
                 os.killpg(launch.pid, signal.SIGKILL)
 
     # -- Spark Connect --------------------------------------------------------------------------------------

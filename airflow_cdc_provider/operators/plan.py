@@ -8,15 +8,16 @@ import socket
 import threading
 import time
 import uuid
-from dataclasses import replace
-from typing import Any, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Collection, Sequence
 
 from airflow.sdk import BaseOperator
 
 from airflow_cdc_provider.core.chunks import ChunkTask
 from airflow_cdc_provider.operators.dag_run import is_backfill, snapshots_under_way
-from airflow_cdc_provider.pipeline.plan import plan_chunks, startup_seed
+from airflow_cdc_provider.pipeline.plan import ChunkPlan, plan_chunks, startup_seed
 from airflow_cdc_provider.pipeline.renames import (
+    Rename,
     awaiting_drops,
     carry_over,
     finish_carried,
@@ -27,8 +28,29 @@ from airflow_cdc_provider.pipeline.renames import (
 from airflow_cdc_provider.pipeline.resolve import claim_sink, load_pipeline, sink_moved
 from airflow_cdc_provider.pipeline.table_schemas import dropped_tables, resnapshots_due
 from airflow_cdc_provider.pipeline.uncapture import held_tables
+from airflow_cdc_provider.source.schema import TableSchema
 from airflow_cdc_provider.source.validation import SourceValidationError
 from airflow_cdc_provider.state.records import CARRY_OVER_MODE, PlannedSnapshot, StreamLease, TablePlan
+
+
+@dataclass(frozen=True)
+class PlanDecision:
+    """What a plan step does: the tables it snapshots (``todo``, split into ``plan``'s chunks), the carry-overs a
+    crash stopped that it finishes (``unfinished``, from ``half_done``) and the renames it carries over
+    (``carried_now``: each rename with the new name's key columns). ``finished``: the tables snapshotted before.
+    ``notices``: what to log about it (level, text), logged once the decision is final."""
+
+    finished: Collection[str]
+    plan: ChunkPlan
+    todo: list[TableSchema]
+    unfinished: list
+    carried_now: list[tuple[Rename, tuple[str, ...]]]
+    notices: list[tuple[str, str]]
+
+    @property
+    def carrying(self) -> bool:
+        """Whether it moves sink data: then the stream lease is held (``PlanChunksOperator._stream_held``)."""
+        return bool(self.unfinished or self.carried_now)
 
 
 def raise_lost_lease() -> None:
@@ -40,7 +62,8 @@ def raise_lost_lease() -> None:
 
 
 def stop_stream(p, holder: StreamLease, timeout: float) -> None:
-    """Stop the running stream holding ``holder`` (gracefully, after its current batch); fail if it did not."""
+    """Stop the running stream holding ``holder`` (gracefully, after its current batch) and free its lease; fail
+    if it did not stop."""
     from airflow.sdk.exceptions import AirflowException
 
     from airflow_cdc_provider.operators.stream import holder_alive, stop_holder
@@ -49,6 +72,7 @@ def stop_stream(p, holder: StreamLease, timeout: float) -> None:
     if holder_alive(p, holder, timeout):
         raise AirflowException(f"the running stream ({holder.holder}) did not stop; stop it (airflow-cdc stop) and "
                                "run this task again")
+    p.state.release_lease(holder.launch_id)
 
 
 class ValidateSourceOperator(BaseOperator):
@@ -121,7 +145,6 @@ class PlanChunksOperator(BaseOperator):
         self._uncapture(context, p, conf_run.get("uncapture"))
         resnapshot = set(conf_run.get("resnapshot") or [])
         max_tasks = self.max_tasks or conf.getint("core", "max_map_length", fallback=1024)
-        finished = p.state.finished_tables()
         backfill = is_backfill(context)  # a backfill snapshots only what its conf names: a stream has no past
         snapshot_first = p.stream.startup == "initial" and not backfill
         if not snapshot_first and not backfill and p.state.read_seed() is None and not p.state.has_checkpoint():
@@ -130,12 +153,45 @@ class PlanChunksOperator(BaseOperator):
             self.log.info("stream.startup %s: no snapshot; the stream starts at %s (recorded now)",
                           p.stream.startup, seed.start)
 
+        # a table renamed to a name source.tables captures moves there (pipeline.renames), and a carry-over a crash
+        # stopped half way is finished, under the stream lease (``_stream_held``). Decided again once it is held:
+        # another run may have carried the same renames over meanwhile, and planned their snapshots. A backfill
+        # leaves them
+        sink = p.open_sink()
+        decision = self._decide(context, p, resnapshot, max_tasks, backfill, snapshot_first)
+        ti = context["ti"]
+        with self._stream_held(context, p, decision.carrying) as lost:
+            if decision.carrying:
+                decision = self._decide(context, p, resnapshot, max_tasks, backfill, snapshot_first)
+            for level, text in decision.notices:
+                getattr(self.log, level)(text)
+            todo, chunks, tasks = decision.todo, decision.plan.chunks, decision.plan.tasks
+            self._stop_a_stream_that_misses(p, {str(s.table) for s in todo}, backfill)
+            if decision.unfinished:
+                finish_carried(p.state, sink)
+            self._carry_over(p, sink, decision.carried_now, lost)
+            if lost.is_set():
+                raise_lost_lease()
+            # planned after the moves: only a snapshot planned after a table was carried over counts for it
+            # (``StateStore.carried_tables``)
+            epoch = int(time.time() * 1000)
+            per_table = {str(s.table): TablePlan(epoch, sum(1 for c in chunks if c.table == s.table)) for s in todo}
+            for table in per_table:
+                p.state.write_planned_snapshot(PlannedSnapshot(table, epoch, ti.dag_id, ti.run_id))
+        finished = decision.finished
+        ti.xcom_push(key="plan", value={t: p.to_dict() for t, p in per_table.items()})
+        self.log.info("snapshot of %d table(s) in %d chunk(s), %d task(s); already finished: %s",
+                      len(todo), len(chunks), len(tasks), sorted(set(finished) - set(per_table)) or "none")
+        return [ChunkTask([replace(c, epoch=epoch) for c in t.chunks]).to_dict() for t in tasks]
+
+    def _decide(self, context: Any, p, resnapshot: set[str], max_tasks: int, backfill: bool,
+                snapshot_first: bool) -> PlanDecision:
+        """What this run carries over and snapshots, from the state store and the source as they are now."""
+        notices: list[tuple[str, str]] = []
+        finished = p.state.finished_tables()
         resyncs = {} if backfill else resnapshots_due(p.state, p.source_tables)
         for name, change in resyncs.items():
-            self.log.warning("%s: re-snapshotted now, as the stream's schema change asks", change.describe())
-        # a table renamed to a name source.tables captures moves there (pipeline.renames), under the stream lease
-        # (below); a carry-over a crash stopped half way is finished there too. A backfill leaves them
-        sink = p.open_sink()
+            notices.append(("warning", f"{change.describe()}: re-snapshotted now, as the stream's schema change asks"))
         unfinished = [] if backfill else half_done(p.state)
         renames = {} if backfill else renames_due(p.state, p.source_tables)
         carried = (set() if backfill else set(p.state.carried_tables())) | set(renames)
@@ -159,17 +215,17 @@ class PlanChunksOperator(BaseOperator):
                 wanted = name in resnapshot or name in resyncs or name in recaptured or name in carried or \
                     (snapshot_first and name not in finished)
                 if wanted and awaiting and name not in held | carried | resnapshot:
-                    self.log.warning("%s: new to the pipeline while the stream has not read how %s left the "
-                                     "source: it waits for a run after the stream has (if it is that table "
-                                     "renamed, its sink data moves to it then)", name, ", ".join(sorted(awaiting)))
+                    notices.append(("warning", f"{name}: new to the pipeline while the stream has not read how "
+                                    f"{', '.join(sorted(awaiting))} left the source: it waits for a run after the "
+                                    "stream has (if it is that table renamed, its sink data moves to it then)"))
                     wanted = False
                 if wanted and name not in resnapshot and under_way is None:
                     under_way = snapshots_under_way(context, p.state.planned_snapshots())
                 decided[name] = wanted and (name in resnapshot or name not in (under_way or {}))
                 if wanted and not decided[name]:
                     other = under_way[name]
-                    self.log.info("%s: its snapshot (epoch %d) is under way in DAG run %s: left to that run", name,
-                                  other.epoch, other.run_id)
+                    notices.append(("info", f"{name}: its snapshot (epoch {other.epoch}) is under way in DAG run "
+                                    f"{other.run_id}: left to that run"))
             return decided[name]
 
         plan = plan_chunks(p.source, p.config.source.tables, p.config.snapshot.split_options(),
@@ -178,9 +234,9 @@ class PlanChunksOperator(BaseOperator):
                            schema_changes_per_table=p.config.stream.schema_changes_per_table)
         applied = set(dropped_tables(p.state)) | set(p.state.renamed_tables()) if plan.validation.gone else set()
         for name in plan.validation.gone:
-            self.log.warning("table %s no longer exists on the source (%s): nothing of it is planned%s", name,
-                             why_gone(p.state, name),
-                             "" if name in applied else "; the stream applies its changes up to the drop")
+            notices.append(("warning", f"table {name} no longer exists on the source ({why_gone(p.state, name)}): "
+                            "nothing of it is planned"
+                            + ("" if name in applied else "; the stream applies its changes up to the drop")))
         unknown = resnapshot - {str(s.table) for s in plan.schemas}
         if unknown:
             from airflow.sdk.exceptions import AirflowFailException
@@ -188,26 +244,8 @@ class PlanChunksOperator(BaseOperator):
             raise AirflowFailException("dag_run.conf resnapshot names tables this pipeline does not capture: "
                                        f"{sorted(unknown)}")
         todo = [s for s in plan.schemas if needs_snapshot(s)]
-        self._stop_a_stream_that_misses(p, {str(s.table) for s in todo}, backfill)
         carried_now = [(renames[str(s.table)], s.key_columns) for s in todo if str(s.table) in renames]
-        chunks, tasks = plan.chunks, plan.tasks
-        ti = context["ti"]
-        with self._stream_held(context, p, bool(unfinished or carried_now)) as lost:
-            if unfinished:
-                finish_carried(p.state, sink)
-            self._carry_over(p, sink, carried_now, lost)
-            if lost.is_set():
-                raise_lost_lease()
-            # planned after the moves: only a snapshot planned after a table was carried over counts for it
-            # (``StateStore.carried_tables``)
-            epoch = int(time.time() * 1000)
-            per_table = {str(s.table): TablePlan(epoch, sum(1 for c in chunks if c.table == s.table)) for s in todo}
-            for table in per_table:
-                p.state.write_planned_snapshot(PlannedSnapshot(table, epoch, ti.dag_id, ti.run_id))
-        ti.xcom_push(key="plan", value={t: p.to_dict() for t, p in per_table.items()})
-        self.log.info("snapshot of %d table(s) in %d chunk(s), %d task(s); already finished: %s",
-                      len(todo), len(chunks), len(tasks), sorted(set(finished) - set(per_table)) or "none")
-        return [ChunkTask([replace(c, epoch=epoch) for c in t.chunks]).to_dict() for t in tasks]
+        return PlanDecision(finished, plan, todo, unfinished, carried_now, notices)
 
     @contextlib.contextmanager
     def _stream_held(self, context: Any, p, carrying: bool):
@@ -223,12 +261,14 @@ class PlanChunksOperator(BaseOperator):
             return
         from airflow.sdk.exceptions import AirflowException
 
+        from airflow_cdc_provider.hooks.spark_job import process_start
         from airflow_cdc_provider.operators.stream import holder_alive, lease_unleased_stream
 
         ti, timeout = context["ti"], float(p.stream.heartbeat_timeout)
         lease_unleased_stream(p, timeout)
         mine = StreamLease(uuid.uuid4().hex, f"{ti.dag_id}/{ti.run_id}/{ti.task_id}", int(ti.try_number or 1),
-                           socket.gethostname(), os.getpid(), CARRY_OVER_MODE)
+                           socket.gethostname(), os.getpid(), CARRY_OVER_MODE,
+                           pid_start=process_start(os.getpid()))
         while (holder := p.state.try_lease(mine)) is not None:
             earlier_try = holder.holder == mine.holder and holder.try_number < mine.try_number
             if earlier_try or not holder_alive(p, holder, timeout):

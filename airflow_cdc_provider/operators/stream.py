@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from airflow_cdc_provider.hooks.spark_job import SparkJobHook, process_alive
+from airflow_cdc_provider.hooks.spark_job import SparkJobHook, process_alive, process_start
 from airflow_cdc_provider.operators.assets import emit_table_events
 from airflow_cdc_provider.operators.dag_run import is_backfill, snapshots_under_way
 from airflow_cdc_provider.operators.frozen_heap import with_frozen_heap
@@ -44,7 +44,7 @@ def holder_alive(p, lease: StreamLease, heartbeat_timeout: float) -> bool:
     if lease.launch is not None:
         alive = SparkJobHook.alive(lease.launch)
     else:  # the job runs in (a child of) the holding task's process
-        alive = process_alive(lease.pid) if lease.host == socket.gethostname() else None
+        alive = process_alive(lease.pid, lease.pid_start) if lease.host == socket.gethostname() else None
     return lease_alive(lease, p.state.read_status(), now=time.time(), heartbeat_timeout=heartbeat_timeout,
                        alive=alive)
 
@@ -69,7 +69,7 @@ def lease_unleased_stream(p, heartbeat_timeout: float) -> None:
     if launched is None or p.state.read_lease() is not None:
         return
     lease = StreamLease(launched.launch_id, "a stream launched without a lease", 0, launched.host or "",
-                        launched.pid or 0, "continuous", launched.started_at, launched)
+                        launched.pid or 0, "continuous", launched.started_at, launched, launched.pid_start)
     if holder_alive(p, lease, heartbeat_timeout):
         p.state.try_lease(lease)
 
@@ -147,7 +147,7 @@ class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
         self._launch_id = uuid.uuid4().hex
         ti = context["ti"]
         lease = StreamLease(self._launch_id, f"{ti.dag_id}/{ti.run_id}/{ti.task_id}", int(ti.try_number or 1),
-                            socket.gethostname(), os.getpid(), p.stream.mode)
+                            socket.gethostname(), os.getpid(), p.stream.mode, pid_start=process_start(os.getpid()))
         holder = self._acquire_lease(p, lease)
         if holder is not None and p.stream.startup != "initial":
             # a table captured since it was launched: it reads it once launched again (a snapshotted table is

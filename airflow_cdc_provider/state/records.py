@@ -169,7 +169,9 @@ class StreamSeed:
 @dataclass(frozen=True)
 class StreamLaunch:
     """A launched stream job: a local spark-submit (``pid`` on ``host``) or a standalone cluster driver
-    (``driver_id`` at ``rest_url``). ``launch_id`` is written into every status of that job."""
+    (``driver_id`` at ``rest_url``). ``launch_id`` is written into every status of that job. ``pid_start``: when
+    that process started (``hooks.spark_job.process_start``), so that another process given the same pid after
+    it ended is not taken for it (None in records of earlier versions: then the pid alone decides)."""
 
     launch_id: str
     started_at: float
@@ -178,6 +180,7 @@ class StreamLaunch:
     host: str | None = None
     driver_id: str | None = None
     rest_url: str | None = None
+    pid_start: int | None = None
 
     @property
     def name(self) -> str:
@@ -190,7 +193,8 @@ class StreamLaunch:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "StreamLaunch":
         return cls(str(data.get("launch_id") or ""), float(data.get("started_at") or 0), str(data.get("log") or ""),
-                   data.get("pid"), data.get("host"), data.get("driver_id"), data.get("rest_url"))
+                   data.get("pid"), data.get("host"), data.get("driver_id"), data.get("rest_url"),
+                   data.get("pid_start"))
 
 
 # the stream lease's mode while a plan step moves renamed tables' sink data and rewrites the state: no stream may
@@ -213,6 +217,7 @@ class StreamLease:
     mode: str
     acquired_at: float = field(default_factory=time.time)
     launch: StreamLaunch | None = None
+    pid_start: int | None = None  # when ``pid`` started, as ``StreamLaunch.pid_start``
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "launch": self.launch.to_dict() if self.launch else None}
@@ -222,7 +227,7 @@ class StreamLease:
         launch = data.get("launch")
         return cls(str(data["launch_id"]), str(data["holder"]), int(data["try_number"]), str(data["host"]),
                    int(data["pid"]), str(data["mode"]), float(data.get("acquired_at") or 0),
-                   StreamLaunch.from_dict(launch) if launch else None)
+                   StreamLaunch.from_dict(launch) if launch else None, data.get("pid_start"))
 
 
 @dataclass(frozen=True)

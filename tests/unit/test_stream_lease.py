@@ -11,8 +11,9 @@ from dataclasses import replace
 
 import pytest
 
+from airflow_cdc_provider.hooks.spark_job import SparkJobHook, process_start
 from airflow_cdc_provider.operators.dag_run import is_backfill
-from airflow_cdc_provider.operators.stream import BinlogStreamOperator
+from airflow_cdc_provider.operators.stream import BinlogStreamOperator, holder_alive
 from airflow_cdc_provider.pipeline.resolve import load_pipeline
 from airflow_cdc_provider.pipeline.stream_watch import lease_alive
 from airflow_cdc_provider.state.records import StreamLaunch, StreamLease, StreamStatus
@@ -37,13 +38,16 @@ def pipeline(tmp_path, monkeypatch):
 
 
 def lease(launch_id, holder="shop/run1/stream", try_number=1, pid=None, launch=None, host=HOST):
-    return StreamLease(launch_id, holder, try_number, host, pid or os.getpid(), "continuous", launch=launch)
+    pid = pid or os.getpid()
+    return StreamLease(launch_id, holder, try_number, host, pid, "continuous", launch=launch,
+                       pid_start=process_start(pid) if host == HOST else None)
 
 
 def a_job():
     """A process standing in for a detached stream job: it ends on SIGTERM, as spark-submit does."""
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
-    return proc, StreamLaunch("job", time.time(), "/x/job.log", pid=proc.pid, host=HOST)
+    return proc, StreamLaunch("job", time.time(), "/x/job.log", pid=proc.pid, host=HOST,
+                              pid_start=process_start(proc.pid))
 
 
 @pytest.mark.parametrize("root", ["local", "memory"])
@@ -205,11 +209,44 @@ def test_a_plan_step_stops_a_stream_launched_before_leases_existed(pipeline, ste
         else:
             op._stop_a_stream_that_misses(p, {"shop.orders"}, backfill=False)
             assert proc.wait(10) is not None
+            assert p.state.read_lease() is None  # the lease taken in its name is freed with it
         assert not p.state.stop_requested()
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize("holding", ["launched job", "holding task"])
+def test_a_pid_another_process_was_given_since_does_not_pass_for_the_stream(pipeline, holding, capsys):
+    """The stream's job (or the task holding the lease) ended, and the kernel gave its pid to an unrelated
+    process since: the lease is stale, taken over by a plan step and by a stream task, and that process is
+    never signalled."""
+    config, p = pipeline
+    proc, launch = a_job()
+    try:
+        started = launch.pid_start
+        assert started is not None and SparkJobHook.alive(launch)
+        earlier = started - 1  # the ended process that had this pid: it started before the one that has it now
+        if holding == "launched job":
+            held = lease("a", launch=replace(launch, pid_start=earlier))
+            assert SparkJobHook.alive(held.launch) is False
+        else:
+            held = replace(lease("a", pid=proc.pid), pid_start=earlier)
+        assert not holder_alive(p, held, 30)
+        p.state.try_lease(held)
+        op, context = plan_step(config)
+        with op._stream_held(context, p, True):
+            assert p.state.read_lease().holder == "shop/run2/plan_chunks"
+        assert "is stale: taken over" in capsys.readouterr().out
+        p.state.try_lease(held)
+        mine = lease("b", holder="shop/run3/stream")
+        assert BinlogStreamOperator(task_id="stream", config=config)._acquire_lease(p, mine) is None
+        assert p.state.read_lease() == mine
+        assert proc.poll() is None  # the unrelated process: neither stopped nor killed
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_a_stream_launched_before_leases_existed_and_gone_is_given_no_lease(pipeline):

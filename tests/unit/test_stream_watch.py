@@ -6,7 +6,7 @@ import sys
 import time
 from dataclasses import replace
 
-from airflow_cdc_provider.hooks.spark_job import process_alive
+from airflow_cdc_provider.hooks.spark_job import process_alive, process_start
 from airflow_cdc_provider.pipeline.stream_watch import judge
 from airflow_cdc_provider.state.records import StreamLaunch, StreamStatus
 
@@ -66,6 +66,15 @@ def test_process_alive_reaps_an_exited_child():
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert not os.path.exists(f"/proc/{p.pid}")
+
+
+def test_a_pid_is_alive_only_as_the_process_that_started_then():
+    """A pid with its start names one process: the same pid with another start is one that ended since."""
+    me, started = os.getpid(), process_start(os.getpid())
+    assert started is not None and process_start(me) == started
+    assert process_alive(me, started) and process_alive(me)
+    assert not process_alive(me, started - 1) and not process_alive(me, started + 1)
+    assert process_start(None) is None
 
 
 def test_failure_summary_is_the_exception_line_of_a_worker_traceback():
