@@ -44,7 +44,6 @@ import yaml
 
 from airflow_cdc_provider.testing.mariadb import PrivateMariaDB
 from airflow_cdc_provider.testing.postgres import PrivatePostgres
-from airflow_cdc_provider.testing.spark_connect import PrivateSparkConnect
 from airflow_cdc_provider.testing.sysbench import sysbench
 
 if TYPE_CHECKING:
@@ -414,9 +413,8 @@ def snapshot_on_connect(bench: "Bench", stack: contextlib.ExitStack, db: str, so
     started here (it stays up in ``stack`` for the pipeline's catch-up) after one snapshot DAG of its own (a
     pipeline of the same table into its own schema): its snapshot phase, what ``dag.test()`` took to start its
     first task, its chunk tasks' time, and its mirror's checksum."""
-    server = stack.enter_context(PrivateSparkConnect(base_dir=str(bench.work / f"connect-{db}")))
-    bench.env["AIRFLOW_CONN_BENCH_CONNECT"] = server.connection_uri()
-    spark = {"connect_conn_id": "bench_connect"}
+    stack.enter_context(bench.connect_server(db))
+    spark = bench.ON_CONNECT
     bench.pipeline(f"{dag_id}_warm", [source_table], sink="jdbc", spark=spark)
     bench.run(f"{dag_id}_warm", preload=True)
     bench.pipeline(dag_id, [source_table], sink="jdbc", spark=spark)

@@ -82,6 +82,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -228,6 +229,9 @@ def flat_in_rows(results: Results, peaks: dict[int, tuple[RssSampler, RssSampler
 
 
 class Bench:
+    # the ``spark`` section of a pipeline whose tasks run on the server of ``connect_server``
+    ON_CONNECT = {"connect_conn_id": "bench_connect"}
+
     def __init__(self, work: Path, db: PrivateMariaDB, pg: PrivatePostgres) -> None:
         self.work, self.db, self.pg = work, db, pg
         self.results = Results()
@@ -419,6 +423,14 @@ class Bench:
                              f"{split[0]:.1f} + {split[1]:.1f} s", f"{base_split[0]:.1f} + {base_split[1]:.1f} s", "-",
                              "(where the time goes)")
 
+    @contextlib.contextmanager
+    def connect_server(self, name: str) -> Iterator[PrivateSparkConnect]:
+        """A Spark Connect server (local[2], as the embedded default), up while in the block as the runs' Airflow
+        connection ``bench_connect`` (pipelines with ``spark=Bench.ON_CONNECT`` run their tasks on it)."""
+        with PrivateSparkConnect(base_dir=str(self.work / f"connect-{name}")) as server:
+            self.env["AIRFLOW_CONN_BENCH_CONNECT"] = server.connection_uri()
+            yield server
+
     def snapshot_on_connect(self, db: str, rows: int, t_plain: float) -> None:
         """The same snapshot with ``spark.connect_conn_id``: chunk tasks are sessions of a long-lived Spark
         Connect server (local[2], as the embedded default) started here, before the DAG, as a user's would be.
@@ -426,13 +438,12 @@ class Bench:
         chunk tasks before, and a first one also warms the server's planner (the first session's plan analyses,
         its DDL parse: ~1.5 s on a new server here, ~0.05 s after). Both DAG runs have the worker preload."""
         t = time.monotonic()
-        with PrivateSparkConnect(base_dir=str(self.work / f"connect-{rows}")) as server:
+        with self.connect_server(str(rows)) as server:
             t_start = time.monotonic() - t
-            self.env["AIRFLOW_CONN_BENCH_CONNECT"] = server.connection_uri()
             t_warm = self.plain_reload(db, rows, f"plain-connect-{rows}", remote=server.url)
-            self.pipeline(f"{db}_connect", [f"{db}.sbtest1"], spark={"connect_conn_id": "bench_connect"})
+            self.pipeline(f"{db}_connect", [f"{db}.sbtest1"], spark=self.ON_CONNECT)
             ours, task_time, spark_app, spark_work, tasks, chunks = self.snapshot_dag(f"{db}_connect", preload=True)
-            self.pipeline(f"{db}_connect_again", [f"{db}.sbtest1"], spark={"connect_conn_id": "bench_connect"})
+            self.pipeline(f"{db}_connect_again", [f"{db}.sbtest1"], spark=self.ON_CONNECT)
             again, again_task, again_session, again_work, _, _ = self.snapshot_dag(f"{db}_connect_again", preload=True)
         self.results.add(f"snapshot {rows:,} rows, chunk tasks on Spark Connect (opt-in) vs plain Spark "
                          "JDBC->Parquet (spark-submit)", f"{ours:.1f} s", f"{t_plain:.1f} s",
@@ -546,9 +557,8 @@ class Bench:
         with contextlib.ExitStack() as stack:
             variants = [(sink, f"{db}_{sink}", None) for sink in sinks]
             if connect:
-                server = stack.enter_context(PrivateSparkConnect(base_dir=str(self.work / f"connect-{db}")))
-                self.env["AIRFLOW_CONN_BENCH_CONNECT"] = server.connection_uri()
-                variants += [(sink, f"{db}_{sink}_connect", {"connect_conn_id": "bench_connect"}) for sink in sinks
+                stack.enter_context(self.connect_server(db))
+                variants += [(sink, f"{db}_{sink}_connect", self.ON_CONNECT) for sink in sinks
                              if sink != "delta"]
             for sink, dag_id, spark in variants:
                 self.pipeline(dag_id, [f"{db}.sbtest1"], sink=sink, stream={"mode": "available_now"}, spark=spark)

@@ -37,15 +37,24 @@ from airflow_cdc_provider.spark.launch.target import SparkTarget
 from airflow_cdc_provider.state.records import StreamLaunch
 
 
-def process_start(pid: int | None) -> int | None:
-    """When process ``pid`` started, in clock ticks after boot (Linux's ``/proc/<pid>/stat``); None when it does
-    not run or this host cannot tell. With its pid it names one process: a pid alone names another process once
-    the first has ended and the kernel hands the pid out again. Ticks after boot, unlike a wall-clock time, do not
-    move when the clock is set."""
+def _stat_fields(pid: int | None) -> list[bytes] | None:
+    """The fields of Linux's ``/proc/<pid>/stat`` after the process's name (which may hold spaces, parentheses and
+    bytes of no encoding), its state first; None when it cannot be read (gone, or no ``/proc``)."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def process_start(pid: int | None) -> int | None:
+    """When process ``pid`` started, in clock ticks after boot (``/proc/<pid>/stat``'s 22nd field); None when it
+    does not run or this host cannot tell. With its pid it names one process: a pid alone names another process
+    once the first has ended and the kernel hands the pid out again. Ticks after boot, unlike a wall-clock time,
+    do not move when the clock is set."""
+    try:
+        return int(_stat_fields(pid)[19])
+    except (TypeError, ValueError, IndexError):
         return None
 
 
@@ -64,12 +73,10 @@ def process_alive(pid: int | None, started: int | None = None) -> bool:
         os.kill(pid, 0)
     except OSError:
         return False
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
+    fields = _stat_fields(pid)
+    if fields is None:  # runs, and nothing more is known of it here
         return True
-    return fields[0] != "Z" and (started is None or int(fields[19]) == started)
+    return fields[0] != b"Z" and (started is None or process_start(pid) == started)
 
 
 class SparkJobHook(BaseHook):

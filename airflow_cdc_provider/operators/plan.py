@@ -37,7 +37,8 @@ from airflow_cdc_provider.state.records import CARRY_OVER_MODE, PlannedSnapshot,
 class PlanDecision:
     """What a plan step does: the tables it snapshots (``todo``, split into ``plan``'s chunks), the carry-overs a
     crash stopped that it finishes (``unfinished``, from ``half_done``) and the renames it carries over
-    (``carried_now``: each rename with the new name's key columns). ``finished``: the tables snapshotted before.
+    (``carried_now``: each rename with the new name's key columns). ``carried_before``: the tables of ``todo``
+    carried over before, their snapshot not planned yet. ``finished``: the tables snapshotted before.
     ``notices``: what to log about it (level, text), logged once the decision is final."""
 
     finished: Collection[str]
@@ -45,12 +46,14 @@ class PlanDecision:
     todo: list[TableSchema]
     unfinished: list
     carried_now: list[tuple[Rename, tuple[str, ...]]]
+    carried_before: list[str]
     notices: list[tuple[str, str]]
 
     @property
     def carrying(self) -> bool:
-        """Whether it moves sink data: then the stream lease is held (``PlanChunksOperator._stream_held``)."""
-        return bool(self.unfinished or self.carried_now)
+        """Whether it moves sink data, or snapshots a table carried over that the run carrying it may be about to
+        plan: then the stream lease is held (``PlanChunksOperator._stream_held``) and the decision made again."""
+        return bool(self.unfinished or self.carried_now or self.carried_before)
 
 
 def raise_lost_lease() -> None:
@@ -155,34 +158,53 @@ class PlanChunksOperator(BaseOperator):
 
         # a table renamed to a name source.tables captures moves there (pipeline.renames), and a carry-over a crash
         # stopped half way is finished, under the stream lease (``_stream_held``). Decided again once it is held:
-        # another run may have carried the same renames over meanwhile, and planned their snapshots. A backfill
-        # leaves them
+        # another run may have carried the same renames over meanwhile, and planned their snapshots (so a table
+        # carried over before is snapshotted under the lease too). A backfill leaves them
         sink = p.open_sink()
         decision = self._decide(context, p, resnapshot, max_tasks, backfill, snapshot_first)
         ti = context["ti"]
-        with self._stream_held(context, p, decision.carrying) as lost:
-            if decision.carrying:
-                decision = self._decide(context, p, resnapshot, max_tasks, backfill, snapshot_first)
-            for level, text in decision.notices:
-                getattr(self.log, level)(text)
-            todo, chunks, tasks = decision.todo, decision.plan.chunks, decision.plan.tasks
-            self._stop_a_stream_that_misses(p, {str(s.table) for s in todo}, backfill)
-            if decision.unfinished:
-                finish_carried(p.state, sink)
-            self._carry_over(p, sink, decision.carried_now, lost)
-            if lost.is_set():
-                raise_lost_lease()
-            # planned after the moves: only a snapshot planned after a table was carried over counts for it
-            # (``StateStore.carried_tables``)
-            epoch = int(time.time() * 1000)
-            per_table = {str(s.table): TablePlan(epoch, sum(1 for c in chunks if c.table == s.table)) for s in todo}
-            for table in per_table:
-                p.state.write_planned_snapshot(PlannedSnapshot(table, epoch, ti.dag_id, ti.run_id))
-        finished = decision.finished
+        said = False
+        try:
+            with self._stream_held(context, p, decision.carrying) as lost:
+                if decision.carrying:
+                    decision = self._decide(context, p, resnapshot, max_tasks, backfill, snapshot_first)
+                self._say(decision)
+                said = True
+                per_table, epoch = self._carry_and_plan(context, p, sink, decision, backfill, lost)
+        finally:
+            if not said:  # refused or failed: what it had decided explains it
+                self._say(decision)
+        todo, chunks, tasks = decision.todo, decision.plan.chunks, decision.plan.tasks
         ti.xcom_push(key="plan", value={t: p.to_dict() for t, p in per_table.items()})
         self.log.info("snapshot of %d table(s) in %d chunk(s), %d task(s); already finished: %s",
-                      len(todo), len(chunks), len(tasks), sorted(set(finished) - set(per_table)) or "none")
+                      len(todo), len(chunks), len(tasks), sorted(set(decision.finished) - set(per_table)) or "none")
         return [ChunkTask([replace(c, epoch=epoch) for c in t.chunks]).to_dict() for t in tasks]
+
+    def _say(self, decision: PlanDecision) -> None:
+        """Log what ``decision`` notices."""
+        for level, text in decision.notices:
+            getattr(self.log, level)(text)
+
+    def _carry_and_plan(self, context: Any, p, sink, decision: PlanDecision, backfill: bool,
+                        lost: threading.Event) -> tuple[dict[str, TablePlan], int]:
+        """The decision carried out, under the stream lease when it carries: a stream that misses a table about
+        to be snapshotted stopped, tables carried over, their snapshots and the others planned (the plan of each
+        table, and the epoch)."""
+        ti = context["ti"]
+        todo, chunks = decision.todo, decision.plan.chunks
+        self._stop_a_stream_that_misses(p, {str(s.table) for s in todo}, backfill)
+        if decision.unfinished:
+            finish_carried(p.state, sink)
+        self._carry_over(p, sink, decision.carried_now, lost)
+        if lost.is_set():
+            raise_lost_lease()
+        # planned after the moves: only a snapshot planned after a table was carried over counts for it
+        # (``StateStore.carried_tables``)
+        epoch = int(time.time() * 1000)
+        per_table = {str(s.table): TablePlan(epoch, sum(1 for c in chunks if c.table == s.table)) for s in todo}
+        for table in per_table:
+            p.state.write_planned_snapshot(PlannedSnapshot(table, epoch, ti.dag_id, ti.run_id))
+        return per_table, epoch
 
     def _decide(self, context: Any, p, resnapshot: set[str], max_tasks: int, backfill: bool,
                 snapshot_first: bool) -> PlanDecision:
@@ -241,18 +263,21 @@ class PlanChunksOperator(BaseOperator):
         if unknown:
             from airflow.sdk.exceptions import AirflowFailException
 
+            self._say(PlanDecision(finished, plan, [], [], [], [], notices))  # a table renamed or dropped, maybe
             raise AirflowFailException("dag_run.conf resnapshot names tables this pipeline does not capture: "
                                        f"{sorted(unknown)}")
         todo = [s for s in plan.schemas if needs_snapshot(s)]
         carried_now = [(renames[str(s.table)], s.key_columns) for s in todo if str(s.table) in renames]
-        return PlanDecision(finished, plan, todo, unfinished, carried_now, notices)
+        carried_before = [str(s.table) for s in todo if str(s.table) in carried and str(s.table) not in renames]
+        return PlanDecision(finished, plan, todo, unfinished, carried_now, carried_before, notices)
 
     @contextlib.contextmanager
     def _stream_held(self, context: Any, p, carrying: bool):
-        """When ``carrying`` renamed tables over (or finishing a carry-over a crash stopped), the stream lease held
-        (``CARRY_OVER_MODE``) from before the sink data moves until the new names' snapshots are planned: a stream
-        launched in between would still read the old names (and write them to the sink again) and not yet wait for
-        the new names' snapshots. A running continuous stream is stopped first (it does not read the new names,
+        """When ``carrying`` renamed tables over (or finishing a carry-over a crash stopped, or snapshotting a table
+        carried over before: ``PlanDecision.carrying``), the stream lease held (``CARRY_OVER_MODE``) from before the
+        sink data moves until the new names' snapshots are planned: a stream launched in between would still read
+        the old names (and write them to the sink again) and not yet wait for the new names' snapshots; another
+        run's plan step would plan them too. A running continuous stream is stopped first (it does not read the new names,
         which are snapshotted now); another run's stream or carry-over refuses it; a stale lease (its holder gone,
         or an earlier try of this task) is taken over. Held long, the lease is renewed, so that no one takes it
         for stale."""

@@ -54,6 +54,19 @@ class SinkError(RuntimeError):
     pass
 
 
+def check_written(where: str, written: int, held: int) -> None:
+    """Spark wrote ``written`` rows as Parquet files to ``where`` (the tasks whose output was committed counted
+    them: ``spark.frames.counted_write``), whose files hold ``held``. They differ when the output committer left
+    files of task attempts that did not commit, or lost some: committed as they are, rows would be there twice,
+    or missing."""
+    if held != written:
+        raise SinkError(f"{where}: Spark wrote {written:,} rows, but the Parquet files there hold {held:,}: the "
+                        "output committer left files of task attempts that did not commit (as "
+                        "spark.hadoop.mapreduce.fileoutputcommitter.algorithm.version=2 does after a failed task), "
+                        "or lost some. None of them was committed; this task's retry writes them again. Use "
+                        "Spark's default committer (algorithm version 1)")
+
+
 @dataclass(frozen=True)
 class SinkDefinition:
     """What a sink table holds: its data columns, and the version of the source table's definition they are

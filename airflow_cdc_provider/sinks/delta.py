@@ -58,13 +58,14 @@ from airflow_cdc_provider.sinks.base import (
     SinkDefinition,
     SinkError,
     Version,
+    check_written,
 )
 from airflow_cdc_provider.sinks.delta_settings import DeltaSinkSettings
 from airflow_cdc_provider.sinks.evolution import check_numbering, column_moves
 from airflow_cdc_provider.sinks.parquet_arrow import arrow_literal, newest_row_changes
 from airflow_cdc_provider.sinks.registry import register_sink
 from airflow_cdc_provider.sinks.types import TableSinkTypes
-from airflow_cdc_provider.spark.frames import col, cols, latest_per_key
+from airflow_cdc_provider.spark.frames import col, cols, counted_write, latest_per_key
 from airflow_cdc_provider.spark.window_fold import FoldedWindow
 from airflow_cdc_provider.state.storage import Storage
 from airflow_cdc_provider.state.store import table_dir_name
@@ -1135,8 +1136,15 @@ class DeltaSink(FileSink):
         are read once, right away, and compressing them costs more than the bytes it saves. In small row groups:
         they are rewritten one row group at a time (``delta_append.staged_batches``)."""
         staging = self.layout.staging_dir(table)
-        df.write.mode("overwrite").option("compression", "none").option("parquet.block.size", STAGED_ROW_GROUP_BYTES) \
-            .parquet(self.layout.storage.location(staging))
+        location = self.layout.storage.location(staging)
+        written = counted_write(df, lambda d: d.write.mode("overwrite").option("compression", "none")
+                                .option("parquet.block.size", STAGED_ROW_GROUP_BYTES).parquet(location))
+        held = self.layout.dataset(staging).count_rows() if self.layout.parquet_files(staging) else 0
+        try:
+            check_written(f"{table}: staged rows {location}", written, held)
+        except SinkError:
+            self.layout.storage.rmtree(staging)
+            raise
         return staging
 
     # -- reading ---------------------------------------------------------------------------------------
@@ -1332,11 +1340,11 @@ class WrittenDeltaWindow:
         self.counts: dict[int, int] = {}
         self._carried_rows = 0  # rows of the table's files a replacement carried over unchanged
         self._committed = False  # the window's files are in the table's log
-        self._write(rows)
+        self._written = self._write(rows)  # rows Spark wrote: what the files must hold
 
-    def _write(self, rows) -> None:
+    def _write(self, rows) -> int:
         """Spark: the rows as the table's columns, in its order and types, as Parquet files in the window's
-        directory (``DATA_FILE_CONF``, ``DATA_FILE_OPTIONS``); Spark's other files removed."""
+        directory (``DATA_FILE_CONF``, ``DATA_FILE_OPTIONS``); Spark's other files removed. How many it wrote."""
         from pyspark.sql import functions as F
 
         seq, pos, row = self.low_watermark
@@ -1344,7 +1352,7 @@ class WrittenDeltaWindow:
                 "_cdc_file_seq": F.lit(seq).cast("bigint"), "_cdc_pos": F.lit(pos).cast("bigint"),
                 "_cdc_row": F.lit(row).cast("int"), DELETED: F.lit(False),
                 CHUNK: F.concat(F.lit(f"{self.epoch}:"), col(CHUNK_COLUMN).cast("string"))}
-        self._write_files(rows.select(*self._columns(meta)), self.dir)
+        return self._write_files(rows.select(*self._columns(meta)), self.dir)
 
     def _columns(self, given: dict[str, Any]) -> list:
         """The table's columns in its order: ``given`` ones as given, the source's cast to their Spark types, the
@@ -1369,16 +1377,18 @@ class WrittenDeltaWindow:
                 else:
                     spark.conf.set(k, v)
 
-    def _write_files(self, frame, rel: str) -> None:
+    def _write_files(self, frame, rel: str) -> int:
         """Spark: ``frame`` (the table's columns) as Parquet data files in ``rel`` under the table's directory
-        (``DATA_FILE_CONF``, ``DATA_FILE_OPTIONS``); Spark's other files removed."""
+        (``DATA_FILE_CONF``, ``DATA_FILE_OPTIONS``); Spark's other files removed. How many rows it wrote."""
         storage = self.sink.layout.storage
         rel = f"{self.table_dir}/{rel}"
         with self._data_file_conf():
-            frame.write.mode("overwrite").options(**DATA_FILE_OPTIONS).parquet(storage.location(rel))
+            written = counted_write(frame, lambda f: f.write.mode("overwrite").options(**DATA_FILE_OPTIONS)
+                                    .parquet(storage.location(rel)))
         for name in storage.listdir(rel):
             if name.startswith((".", "_")) or not name.endswith(".parquet"):
                 storage.rmtree(f"{rel}/{name}")
+        return written
 
     def publish(self, changes, mid_write: Hook) -> list[int]:
         from airflow_cdc_provider.sinks.delta_append import append_files, replace_files, tag_counts, window_ranges
@@ -1390,6 +1400,8 @@ class WrittenDeltaWindow:
         first, last = min(self.indexes), max(self.indexes)
         app = (f"airflow-cdc:{table}:snapshot:{self.epoch}:{first}-{last}", packed(changes.high.sort_key))
         what = f"snapshot epoch {self.epoch} chunks {first}-{last}"
+        check_written(f"{table}: {what}: {self.sink.layout.storage.location(f'{self.table_dir}/{self.dir}')}",
+                      self._written, sum(self.counts.values()))
         keys = list(self.types.schema.key_columns)
         ranges = window_ranges(files, keys, self.schema)
         window_range = ranges.get(keys[0]) if len(keys) == 1 else None
@@ -1480,7 +1492,7 @@ class WrittenDeltaWindow:
             counted = observation(self.sink.spark, f"airflow_cdc_carry_{uuid.uuid4().hex}")
             joined = old.join(window, keys, "left").observe(
                 counted, F.count_if(F.col(IN_WINDOW).isNotNull() & ~F.expr(replaced)).alias("newer"))
-            self._write_files(joined.where(F.col(IN_WINDOW).isNull()).select(*self._columns({})), carried)
+            written = self._write_files(joined.where(F.col(IN_WINDOW).isNull()).select(*self._columns({})), carried)
             if counted.get["newer"]:
                 log.info("%s: a row the window would replace is newer than it", self.table)
                 return None
@@ -1493,6 +1505,9 @@ class WrittenDeltaWindow:
             log.info("%s: the carried rows' files do not have the table's types", self.table)
             return None
         self._carried_rows = sum(json.loads(f.stats)["numRecords"] for f in kept)
+        check_written(f"{self.table}: the rows a replacement carries over: "
+                      f"{self.sink.layout.storage.location(f'{self.table_dir}/{carried}')}", written,
+                      self._carried_rows)
         return kept
 
     def discard(self) -> None:

@@ -6,7 +6,8 @@ Spark parses a column name given as a string (dots, backticks), so source column
 
 from __future__ import annotations
 
-from typing import Iterable
+import uuid
+from typing import Any, Callable, Iterable
 
 from airflow_cdc_provider.sinks.base import CHUNK_COLUMN, META_COLUMNS, VERSION_COLUMNS
 
@@ -24,6 +25,18 @@ def col(name: str):
 
 def cols(names: Iterable[str]) -> list:
     return [col(n) for n in names]
+
+
+def counted_write(df, write: Callable[[Any], None]) -> int:
+    """``write(df)``, and how many rows it wrote, as counted by the tasks whose output was committed (an
+    observation of ``df``, no second pass): what the files written should hold (``sinks.base.check_written``)."""
+    from pyspark.sql import functions as F
+
+    from airflow_cdc_provider.spark.session import observation
+
+    seen = observation(df.sparkSession, f"airflow_cdc_written_{uuid.uuid4().hex}")
+    write(df.observe(seen, F.count(F.lit(1)).alias("rows")))
+    return int(seen.get["rows"])
 
 
 def with_meta(df, op: str, ts_ms: int, version: tuple[int, int, int]):

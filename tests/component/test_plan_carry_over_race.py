@@ -65,10 +65,9 @@ def tables_of(tasks: list[dict]) -> set[str]:
     return {c["table"] for task in tasks for c in task["chunks"]} | {t for task in tasks for t in task["tables"]}
 
 
-def test_a_run_that_gets_the_lease_after_another_carried_over_leaves_the_rename_and_its_snapshot_alone(
-        source_db, tmp_path, monkeypatch, capsys):
-    """Run A carries ``t`` over to ``u`` and plans ``u``'s snapshot while run B waits for the lease; B, once it
-    holds it, plans nothing of ``u`` and warns of nothing: the rename is done and the snapshot is A's."""
+def renamed(source_db, tmp_path, monkeypatch):
+    """A continuous pipeline of ``t`` and ``u`` whose source renamed ``t`` to ``u`` and whose stream committed the
+    batch that read it: the rename is due. Its config path, pipeline, sink, and the two names."""
     old, new = source_db.table("t"), source_db.table("u")
     source_db.execute("CREATE TABLE u (id INT NOT NULL PRIMARY KEY, name VARCHAR(20))")  # t renamed: no t left
     source_db.executemany("INSERT INTO u VALUES (%s, %s)", [(1, "one"), (3, "three"), (4, "four")])
@@ -84,9 +83,16 @@ def test_a_run_that_gets_the_lease_after_another_carried_over_leaves_the_rename_
     captured_and_renamed(p.state, old, new)
     assert sink_rows(sink, old) == SINK_ROWS
     assert list(renames_due(p.state, p.source_tables)) == [new]  # the rename is due: both runs would carry it
+    return str(config), p, sink, old, new
 
-    op_a, context_a = plan_step(str(config), RUN_A)
-    op_b, context_b = plan_step(str(config), RUN_B)
+
+def test_a_run_that_gets_the_lease_after_another_carried_over_leaves_the_rename_and_its_snapshot_alone(
+        source_db, tmp_path, monkeypatch, capsys):
+    """Run A carries ``t`` over to ``u`` and plans ``u``'s snapshot while run B waits for the lease; B, once it
+    holds it, plans nothing of ``u`` and warns of nothing: the rename is done and the snapshot is A's."""
+    config, p, sink, old, new = renamed(source_db, tmp_path, monkeypatch)
+    op_a, context_a = plan_step(config, RUN_A)
+    op_b, context_b = plan_step(config, RUN_B)
     # the operators log through Airflow's structlog to stdout (the task's log), not the logging module's handlers
     capsys.readouterr()
     logs: dict[str, str] = {}  # each phase's log: B before the lease, A's whole step, B under the lease
@@ -131,3 +137,47 @@ def test_a_run_that_gets_the_lease_after_another_carried_over_leaves_the_rename_
     assert sink_rows(sink, new) == SINK_ROWS
     assert not sink.layout.storage.exists(old)
     assert p.state.read_lease() is None
+
+
+def test_a_run_that_plans_between_another_s_carry_over_and_its_plan_is_refused_then_leaves_the_snapshot_to_it(
+        source_db, tmp_path, monkeypatch, capsys):
+    """Run B plans in the moment after run A moved ``t``'s sink data to ``u`` and before A planned ``u``'s
+    snapshot: the rename is no longer due, but ``u`` is carried over and planned by no one yet. B snapshots a
+    table carried over, so it asks for the lease too, and is refused while A holds it (rather than planning ``u``
+    beside A). B's retry, after A, leaves ``u``'s snapshot to A."""
+    from airflow.sdk.exceptions import AirflowException
+
+    config, p, sink, old, new = renamed(source_db, tmp_path, monkeypatch)
+    op_a, context_a = plan_step(config, RUN_A)
+    op_b, context_b = plan_step(config, RUN_B)
+    real_carry_over = op_a._carry_over
+    seen: dict = {}
+
+    def carry_over_then_b(p_a, sink_a, renames, lost):
+        """A's real carry-over; then, before A plans, B's whole plan step."""
+        real_carry_over(p_a, sink_a, renames, lost)
+        seen["carried"], seen["planned"] = p.state.carried_tables(), dict(p.state.planned_snapshots())
+        capsys.readouterr()
+        try:
+            seen["b"] = op_b.execute(context_b)
+        except AirflowException as refused:
+            seen["refused"] = str(refused)
+        seen["b log"] = capsys.readouterr().out
+
+    monkeypatch.setattr(op_a, "_carry_over", carry_over_then_b)
+    capsys.readouterr()
+    tasks_a = op_a.execute(context_a)
+    assert seen["carried"] == {new: old} and new not in seen["planned"]  # B came in the gap
+    assert "b" not in seen, f"B planned beside A's carry-over: {seen['b']}"
+    assert f"{DAG_ID}/{RUN_A}/plan_chunks is carrying renamed tables over" in seen["refused"]
+    assert f"table {old} no longer exists on the source" in seen["b log"]  # what B saw is logged all the same
+    assert new in tables_of(tasks_a) and list(context_a["ti"].pushed["plan"]) == [new]
+    planned = p.state.planned_snapshots()[new]
+    assert (planned.run_id, planned.epoch) == (RUN_A, context_a["ti"].pushed["plan"][new]["epoch"])
+
+    _, context_b = plan_step(config, RUN_B)  # B's retry
+    tasks_b = op_b.execute(context_b)
+    assert new not in tables_of(tasks_b) and new not in context_b["ti"].pushed["plan"]
+    assert p.state.planned_snapshots()[new] == planned  # still A's
+    assert f"its snapshot (epoch {planned.epoch}) is under way in DAG run {RUN_A}" in capsys.readouterr().out
+    assert sink_rows(sink, new) == SINK_ROWS and p.state.read_lease() is None

@@ -77,6 +77,22 @@ def test_a_pid_is_alive_only_as_the_process_that_started_then():
     assert process_start(None) is None
 
 
+def test_a_process_named_with_parentheses_spaces_and_no_encoding_is_told_apart_by_its_start():
+    """``/proc/<pid>/stat`` puts the process's name (any bytes but NUL, up to 15) between its pid and its state."""
+    name = "b'\\xff) (a b'"
+    rename = f"import ctypes, time; ctypes.CDLL(None).prctl(15, {name}, 0, 0, 0); print(flush=True); time.sleep(60)"
+    proc = subprocess.Popen([sys.executable, "-c", rename], stdout=subprocess.PIPE)  # PR_SET_NAME: 15
+    try:
+        proc.stdout.readline()  # named by now
+        with open(f"/proc/{proc.pid}/comm", "rb") as f:
+            assert f.read().rstrip(b"\n") == b"\xff) (a b"
+        started = process_start(proc.pid)
+        assert started is not None and process_alive(proc.pid, started) and not process_alive(proc.pid, started - 1)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_failure_summary_is_the_exception_line_of_a_worker_traceback():
     from airflow_cdc_provider.pipeline.job_errors import failure_summary
 
