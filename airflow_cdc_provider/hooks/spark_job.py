@@ -76,7 +76,7 @@ def process_alive(pid: int | None, started: int | None = None) -> bool:
     fields = _stat_fields(pid)
     if fields is None:  # runs, and nothing more is known of it here
         return True
-    return fields[0] != b"Z" and (started is None or process_start(pid) == started)
+    return fields[0] != b"Z" and (started is None or fields[19:20] == [str(started).encode()])
 
 
 class SparkJobHook(BaseHook):

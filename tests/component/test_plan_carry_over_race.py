@@ -65,16 +65,16 @@ def tables_of(tasks: list[dict]) -> set[str]:
     return {c["table"] for task in tasks for c in task["chunks"]} | {t for task in tasks for t in task["tables"]}
 
 
-def renamed(source_db, tmp_path, monkeypatch):
-    """A continuous pipeline of ``t`` and ``u`` whose source renamed ``t`` to ``u`` and whose stream committed the
-    batch that read it: the rename is due. Its config path, pipeline, sink, and the two names."""
+def renamed(source_db, tmp_path, monkeypatch, stream: str = "{mode: continuous}"):
+    """A pipeline of ``t`` and ``u`` (``stream``: its stream section) whose source renamed ``t`` to ``u`` and whose
+    stream committed the batch that read it: the rename is due. Its config path, pipeline, sink, and the names."""
     old, new = source_db.table("t"), source_db.table("u")
     source_db.execute("CREATE TABLE u (id INT NOT NULL PRIMARY KEY, name VARCHAR(20))")  # t renamed: no t left
     source_db.executemany("INSERT INTO u VALUES (%s, %s)", [(1, "one"), (3, "three"), (4, "four")])
     monkeypatch.setenv("AIRFLOW_CONN_SRC", source_db.server.connection_uri())
     config = tmp_path / "shop.yaml"
     config.write_text(f"dag_id: {DAG_ID}\nsource: {{conn_id: src, tables: [{old}, {new}]}}\n"
-                      "stream: {mode: continuous}\n"
+                      f"stream: {stream}\n"
                       f"sink: {{type: parquet, path: {tmp_path / 'sink'}}}\nstate: {{path: {tmp_path / 'state'}}}\n")
     p = load_pipeline(config)
     sink = p.open_sink()

@@ -24,11 +24,8 @@ from types import SimpleNamespace
 from airflow_cdc_provider.hooks.spark_job import process_start
 from airflow_cdc_provider.operators import stream as stream_module
 from airflow_cdc_provider.operators.stream import BinlogStreamOperator, tables_new_to_running_stream
-from airflow_cdc_provider.pipeline.renames import renames_due
-from airflow_cdc_provider.pipeline.resolve import load_pipeline
 from airflow_cdc_provider.state.records import CARRY_OVER_MODE, StreamLease, StreamStatus
-from tests.component.test_plan_carry_over_race import DAG_ID, RUN_A, RUN_B, captured_and_renamed, plan_step
-from tests.unit.test_renames import write_rows
+from tests.component.test_plan_carry_over_race import DAG_ID, RUN_A, RUN_B, plan_step, renamed
 from tests.unit.test_stream_lease import a_job
 
 RUN_C = "manual__run_c"
@@ -64,23 +61,11 @@ class ClockWithAHook:
 
 def test_a_stream_running_the_carried_over_tables_is_not_stopped_for_the_old_name(
         source_db, tmp_path, monkeypatch, capsys):
-    old, new = source_db.table("t"), source_db.table("u")
-    source_db.execute("CREATE TABLE u (id INT NOT NULL PRIMARY KEY, name VARCHAR(20))")  # t renamed: no t left
-    source_db.executemany("INSERT INTO u VALUES (%s, %s)", [(1, "one"), (3, "three")])
-    monkeypatch.setenv("AIRFLOW_CONN_SRC", source_db.server.connection_uri())
-    config = tmp_path / "shop.yaml"
-    config.write_text(f"dag_id: {DAG_ID}\nsource: {{conn_id: src, tables: [{old}, {new}]}}\n"
-                      "stream: {mode: continuous, startup: latest}\n"
-                      f"sink: {{type: parquet, path: {tmp_path / 'sink'}}}\nstate: {{path: {tmp_path / 'state'}}}\n")
-    p = load_pipeline(config)
+    config, p, _, old, new = renamed(source_db, tmp_path, monkeypatch, "{mode: continuous, startup: latest}")
     assert p.stream.mode == "continuous" and p.stream.startup == "latest"
-    sink = p.open_sink()
-    write_rows(sink, old, 0, [(1, "one"), (3, "three")])
-    captured_and_renamed(p.state, old, new)
-    assert list(renames_due(p.state, p.source_tables)) == [new]  # run A's plan step carries t over to u
 
-    plan_a, context_a = plan_step(str(config), RUN_A)
-    stream_b, context_b = stream_task(str(config), RUN_B)
+    plan_a, context_a = plan_step(config, RUN_A)
+    stream_b, context_b = stream_task(config, RUN_B)
     reads: list = []  # each of B's reads of its tables, in order
     seen: dict = {}  # what the interleaving saw at each step
     a_holds, a_may_move = threading.Event(), threading.Event()
@@ -139,7 +124,7 @@ def test_a_stream_running_the_carried_over_tables_is_not_stopped_for_the_old_nam
         p.state.write_launch(launch)
         p.state.write_lease(replace(lease_c, launch=launch))  # the job outlives C's task process: it holds the lease
         # C's stream reads what a stream task reads now (its own ``_tables_to_stream``), and says so in its status
-        stream_c, context_c = stream_task(str(config), RUN_C)
+        stream_c, context_c = stream_task(config, RUN_C)
         reads_c = stream_c._tables_to_stream(context_c, p)
         seen["c reads"] = reads_c
         p.state.write_status(StreamStatus("running", "continuous", launch_id="launch-c", pid=proc.pid,
