@@ -364,6 +364,13 @@ def chunk_tags(epoch: int, indexes) -> list[str]:
     return [f"{epoch}:{i}" for i in sorted(indexes)]
 
 
+def own_chunks(epoch: int, indexes):
+    """A window's chunks, by which ``delta_append`` tells the files of the epoch's other chunks apart."""
+    from airflow_cdc_provider.sinks.delta_append import OwnChunks
+
+    return OwnChunks(CHUNK, epoch, tuple(chunk_tags(epoch, indexes)))
+
+
 def may_hold_chunks(dt, epoch: int, indexes) -> bool:
     """Whether a file of ``dt`` may hold a row chunks ``indexes`` of snapshot ``epoch`` wrote (by the files'
     statistics of ``CHUNK``)."""
@@ -1100,14 +1107,14 @@ class DeltaSink(FileSink):
         watermark (``StagedDeltaWindow``)."""
         table = str(types.schema.table)
         dt = self.open_table(table)
-        reason = self.written_window_refusal(dt, types, epoch, retried)
+        reason = self.written_window_refusal(dt, types, epoch, indexes, retried)
         if reason is None:
             return WrittenDeltaWindow(self, rows, types, epoch, indexes, low_watermark, self._arrow_schema(dt),
                                       retried)
         log.info("%s: snapshot epoch %d chunks %d-%d staged (%s)", table, epoch, min(indexes), max(indexes), reason)
         return StagedDeltaWindow(self, self.stage(rows, table), types, epoch, indexes, low_watermark, retried)
 
-    def written_window_refusal(self, dt, types, epoch: int, retried: set[int]) -> str | None:
+    def written_window_refusal(self, dt, types, epoch: int, indexes: list[int], retried: set[int]) -> str | None:
         """Why a window is not written straight as data files of the table (``WrittenDeltaWindow``): that needs
         the data files' own statistics to be trusted and the append to be likely; None: it is."""
         import pyarrow as pa
@@ -1126,9 +1133,10 @@ class DeltaSink(FileSink):
         floats = [c for c in stats_columns(dt) if pa.types.is_floating(schema.field(c).type)]
         if floats:
             return f"float columns {floats} keep statistics, which a Parquet writer may leave NaN out of"
-        if not any(pa.types.is_integer(schema.field(k).type) for k in types.schema.key_columns) \
-                and may_overlap(dt, {}):
-            return "the table has rows and no integer key column to tell their ranges apart"
+        if not any(orderable_key(schema.field(k).type) for k in types.schema.key_columns) \
+                and may_overlap(dt, {}, own_chunks(epoch, indexes)):
+            return ("the table has rows of others than the epoch's other chunks, and no integer or string key "
+                    "column to tell their ranges apart")
         return None
 
     def stage(self, df, table: str) -> str:
@@ -1234,8 +1242,6 @@ class StagedDeltaWindow(FoldedWindow):
 
     def _merge_reason(self, dt, app: tuple[str, int]) -> str | None:
         """Why the window must be MERGEd rather than appended (``delta_append``), known before writing files."""
-        import pyarrow as pa
-
         from airflow_cdc_provider.sinks.delta_append import may_overlap
 
         if dt is None:
@@ -1248,9 +1254,10 @@ class StagedDeltaWindow(FoldedWindow):
         if EMPTIED_PROPERTY in dt.metadata().configuration:
             return "a truncate or drop emptied the table"
         schema = self.sink._arrow_schema(dt)
-        if not any(pa.types.is_integer(schema.field(k).type) for k in self.types.schema.key_columns) \
-                and may_overlap(dt, {}):
-            return "the table has rows and no integer key column to tell their ranges apart"
+        if not any(orderable_key(schema.field(k).type) for k in self.types.schema.key_columns) \
+                and may_overlap(dt, {}, own_chunks(self.epoch, self.indexes)):
+            return ("the table has rows of others than the epoch's other chunks, and no integer or string key "
+                    "column to tell their ranges apart")
         return None
 
     def _append(self, staged: str, version: Version, app: tuple[str, int], what: str, mid_write: Hook) -> bool:
@@ -1291,7 +1298,8 @@ class StagedDeltaWindow(FoldedWindow):
         mid_write()
         keys = list(self.types.schema.key_columns)
         outcome = append_files(lambda: sink.open_table(table), files, window_ranges(files, keys, schema), app,
-                               what, refuse=lambda d: EMPTIED_PROPERTY in d.metadata().configuration)
+                               what, refuse=lambda d: EMPTIED_PROPERTY in d.metadata().configuration,
+                               own=own_chunks(self.epoch, self.indexes))
         if outcome == "appended":
             rows = sum(json.loads(f.stats)["numRecords"] for f in files)
             log.info("%s: %s: appended %d rows in %d data files", table, what, rows, len(files))
@@ -1403,7 +1411,7 @@ class WrittenDeltaWindow:
         check_written(f"{table}: {what}: {self.sink.layout.storage.location(f'{self.table_dir}/{self.dir}')}",
                       self._written, sum(self.counts.values()))
         keys = list(self.types.schema.key_columns)
-        ranges = window_ranges(files, keys, self.schema)
+        ranges, own = window_ranges(files, keys, self.schema), own_chunks(self.epoch, self.indexes)
         window_range = ranges.get(keys[0]) if len(keys) == 1 else None
         # the application transaction goes on the window's last commit: a retry on an unchanged binlog (same
         # high watermark) skips the window as committed only once all of it is
@@ -1414,10 +1422,11 @@ class WrittenDeltaWindow:
         if files and not self._conforms(files[0]):
             outcome = "the files' types are not the table's"
         elif files:
-            outcome = append_files(lambda: sink.open_table(table), files, ranges, rows_app, what, refuse=self._refuse)
+            outcome = append_files(lambda: sink.open_table(table), files, ranges, rows_app, what, refuse=self._refuse,
+                                   own=own)
         if outcome == "may overlap" and ranges:
             outcome = replace_files(lambda: sink.open_table(table), files, ranges, rows_app, what,
-                                    refuse=self._refuse, carry=partial(self._carry, files))
+                                    refuse=self._refuse, carry=partial(self._carry, files), own=own)
         self._committed = outcome in ("appended", "replaced")
         if outcome == "appended":
             log.info("%s: %s: appended %d rows in %d data files written by the executors", table, what,

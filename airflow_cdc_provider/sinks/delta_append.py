@@ -5,7 +5,8 @@ of the table's files they replace.
 An append writes each key it holds without looking at the table, so it is correct only when the table holds no
 row, live or tombstone, of any key of the window, and nothing can commit one between that check and the append.
 The check: every file of the table version read must be disjoint from the window's key range by its statistics
-(the smallest and largest value of an integer key column; a file without them may hold anything), or the
+(the smallest and largest value of an integer or string key column, strings in the order of their bytes; a file
+without them may hold anything), or hold rows of other chunks of the window's epoch only (``OwnChunks``), or the
 table has no file at all. The commit is made on exactly that version (``max_commit_retries=0``): delta-rs
 rebases a blind append over concurrent commits without looking at them, so with retries a stream batch or a
 retried chunk committed meanwhile would be passed over; without, any commit after the checked version makes the
@@ -21,10 +22,11 @@ table's keys; a first snapshot's over files the stream or a compaction wrote) re
 whose keys the window lacks carried over unchanged, when no row of theirs that the window holds the key of is
 newer than the window's. What stays a MERGE (``DeltaSink``): windows with
 retried chunks that a file of the table may hold rows of (an earlier attempt committed some of their keys, and
-its rows the new one lacks must become tombstones; ``may_hold_values``), tables a TRUNCATE or DROP emptied (the insert guard), a window holding a key the stream
-wrote after the window began, and every window of a table without an integer key column once the table has a
-file. A re-snapshot's window over keys no file covers appends: nothing of the table, and nothing committed
-meanwhile, holds them.
+its rows the new one lacks must become tombstones; ``may_hold_values``), tables a TRUNCATE or DROP emptied (the
+insert guard), a window holding a key the stream wrote after the window began, and every window of a table
+without an integer or string key column once the table has a file of others than the epoch's other chunks (a
+re-snapshot's; one after the stream wrote). A re-snapshot's window over keys no file covers appends: nothing of
+the table, and nothing committed meanwhile, holds them.
 
 The files are the table's own: its columns in its order and types (``conform``), and statistics in the forms
 delta-rs writes (``_stat_value``), which its readers prune files by and the next windows' checks read.
@@ -70,7 +72,7 @@ class DataFile:
 
         return AddAction(self.path, self.size, {}, self.modification_time, True, self.stats)
 
-    def key_range(self, column: str) -> tuple[int, int] | None:
+    def key_range(self, column: str) -> tuple[Any, Any] | None:
         stats = json.loads(self.stats)
         lo, hi = stats.get("minValues", {}).get(column), stats.get("maxValues", {}).get(column)
         return None if lo is None or hi is None else (lo, hi)
@@ -325,14 +327,17 @@ def write_data_files_here(staged: list[str], storage_uri: str, table_dir: str, s
         return [f for f in written if f is not None]
 
 
-def window_ranges(files: list[DataFile], key_columns: list[str], schema) -> dict[str, tuple[int, int]]:
-    """The smallest and largest value of each integer key column over the window's files (of those the table
-    keeps statistics of; none: ``may_overlap`` takes any file of the table to overlap)."""
-    import pyarrow as pa
+def window_ranges(files: list[DataFile], key_columns: list[str], schema) -> dict[str, tuple[Any, Any]]:
+    """The smallest and largest value of each integer or string key column (``orderable_key``) over the window's
+    files (of those the table keeps statistics of; none: ``may_overlap`` takes any file of the table to overlap).
+    Strings in the order of their bytes, whatever the source's collation: ranges disjoint in that order share no
+    key of equal bytes, which is how the table's MERGEs match keys. Statistics delta-rs truncates (strings
+    beyond 64 characters) still bound the column: a shorter minimum, a larger maximum."""
+    from airflow_cdc_provider.sinks.delta import orderable_key
 
-    out: dict[str, tuple[int, int]] = {}
+    out: dict[str, tuple[Any, Any]] = {}
     for column in key_columns:
-        if not pa.types.is_integer(schema.field(column).type):
+        if not orderable_key(schema.field(column).type):
             continue
         ranges = [f.key_range(column) for f in files]
         if any(r is None for r in ranges):  # not a statistics column of the table: no range to tell apart by
@@ -349,24 +354,51 @@ class TableFile:
     size: int
 
 
-def overlapping_files(dt, ranges: dict[str, tuple[int, int]]) -> list[TableFile]:
+@dataclass(frozen=True)
+class OwnChunks:
+    """The chunks of a snapshot window, as the rows they write are tagged in ``column`` ("<epoch>:<index>"). The
+    chunks of one epoch split the table's keys, each writing keys of its own range only, and a later change of a
+    row keeps its key and its tag; so a file each row of which is tagged with another chunk of the same epoch
+    holds no key of the window, whatever the keys' type and order (tombstones included)."""
+
+    column: str
+    epoch: int
+    tags: tuple[str, ...]
+
+    def others_only(self, rows, nulls: dict, low: dict, high: dict) -> bool:
+        """Whether a file, by its statistics (row count; null count, min and max of each column), holds rows of
+        other chunks of the epoch only: no row without a tag (the stream's), and none in the range of tags (in
+        string order, which keeps an epoch's tags between its prefix's) that holds one of the window's."""
+        lo, hi, prefix = low.get(self.column), high.get(self.column), f"{self.epoch}:"
+        return (rows is not None and nulls.get(self.column) == 0 and isinstance(lo, str) and isinstance(hi, str)
+                and lo.startswith(prefix) and hi.startswith(prefix) and not any(lo <= t <= hi for t in self.tags))
+
+
+def overlapping_files(dt, ranges: dict[str, tuple[Any, Any]], own: OwnChunks | None = None) -> list[TableFile]:
     """The files of ``dt`` that may hold a key in ``ranges``: all but those lying outside the range of some
-    integer key column by their statistics (keys are NOT NULL, so a key of the window equals no key of such a
-    file). Without ranges or statistics, every file."""
+    key column by their statistics (keys are NOT NULL, so a key of the window equals no key of such a
+    file), and those holding rows of other chunks of the window's epoch only (``own``). Without either, or
+    without statistics, every file."""
     import pyarrow as pa
 
     actions = pa.table(dt.get_add_actions(flatten=False))
     files = [TableFile(p, s) for p, s in zip(actions.column("path").to_pylist(),
                                              actions.column("size_bytes").to_pylist(), strict=True)]
-    if not ranges or "min" not in actions.column_names or "max" not in actions.column_names:
+    names = actions.column_names
+    if not (ranges or own) or "min" not in names or "max" not in names:
         return files
 
     def disjoint(low: dict, high: dict) -> bool:
         return any(low.get(c) is not None and high.get(c) is not None and (high[c] < lo or low[c] > hi)
                    for c, (lo, hi) in ranges.items())
 
-    return [f for f, low, high in zip(files, actions.column("min").to_pylist(), actions.column("max").to_pylist(),
-                                      strict=True) if not disjoint(low or {}, high or {})]
+    def column(name: str) -> list:
+        return actions.column(name).to_pylist() if name in names else [None] * len(files)
+
+    return [f for f, rows, nulls, low, high in zip(files, column("num_records"), column("null_count"),
+                                                   column("min"), column("max"), strict=True)
+            if not disjoint(low or {}, high or {}) and not (own and own.others_only(rows, nulls or {}, low or {},
+                                                                                   high or {}))]
 
 
 def may_hold_values(dt, column: str, values: list[str]) -> bool:
@@ -393,9 +425,9 @@ def held_paths(dt) -> set[str]:
     return set(pa.table(dt.get_add_actions()).column("path").to_pylist())
 
 
-def may_overlap(dt, ranges: dict[str, tuple[int, int]]) -> bool:
+def may_overlap(dt, ranges: dict[str, tuple[Any, Any]], own: OwnChunks | None = None) -> bool:
     """Whether a file of ``dt`` may hold a key in ``ranges`` (``overlapping_files``)."""
-    return bool(overlapping_files(dt, ranges))
+    return bool(overlapping_files(dt, ranges, own))
 
 
 def _commit_checked(open_table: Callable[[], Any], files: list[DataFile], app: tuple[str, int] | None, what: str,
@@ -437,20 +469,23 @@ def _commit_checked(open_table: Callable[[], Any], files: list[DataFile], app: t
     return "contended"
 
 
-def append_files(open_table: Callable[[], Any], files: list[DataFile], ranges: dict[str, tuple[int, int]],
-                 app: tuple[str, int] | None, what: str, refuse: Callable[[Any], bool]) -> Outcome:
+def append_files(open_table: Callable[[], Any], files: list[DataFile], ranges: dict[str, tuple[Any, Any]],
+                 app: tuple[str, int] | None, what: str, refuse: Callable[[Any], bool],
+                 own: OwnChunks | None = None) -> Outcome:
     """Commit ``files`` as one append carrying ``app`` (if any), on exactly the table version checked, if no file
-    of that version may hold a key in ``ranges``; ``refuse(dt)``: another reason the append would be wrong."""
+    of that version may hold a key in ``ranges`` (or is of other chunks of ``own``'s epoch only);
+    ``refuse(dt)``: another reason the append would be wrong."""
     def actions_for(dt) -> list | Outcome:
-        return "may overlap" if may_overlap(dt, ranges) else [f.add_action() for f in files]
+        return "may overlap" if may_overlap(dt, ranges, own) else [f.add_action() for f in files]
 
     return _commit_checked(open_table, files, app, what, "append", refuse, actions_for)
 
 
-def replace_files(open_table: Callable[[], Any], files: list[DataFile], ranges: dict[str, tuple[int, int]],
+def replace_files(open_table: Callable[[], Any], files: list[DataFile], ranges: dict[str, tuple[Any, Any]],
                   app: tuple[str, int] | None, what: str, refuse: Callable[[Any], bool],
-                  carry: Callable[[list[TableFile]], list[DataFile] | None]) -> Outcome:
-    """Commit ``files`` in place of every file of the table that may hold a key in ``ranges`` (``taken``), as one
+                  carry: Callable[[list[TableFile]], list[DataFile] | None], own: OwnChunks | None = None) -> Outcome:
+    """Commit ``files`` in place of every file of the table that may hold a key in ``ranges`` (``taken``, by
+    ``overlapping_files`` with ``own``), as one
     commit of their remove and add actions carrying ``app``, on exactly the version read (as ``append_files``).
     ``carry(taken)`` returns data files holding the rows of ``taken`` whose keys ``files`` lack, unchanged (added
     in the same commit), or None when a row of ``taken`` that ``files`` would replace is newer than theirs: then
@@ -463,7 +498,7 @@ def replace_files(open_table: Callable[[], Any], files: list[DataFile], ranges: 
 
     def actions_for(dt) -> list | Outcome:
         nonlocal carried, carries
-        taken = overlapping_files(dt, ranges)
+        taken = overlapping_files(dt, ranges, own)
         if carried is None or carried[0] != frozenset(f.path for f in taken):
             if carries == CARRIES:
                 return "contended"

@@ -30,6 +30,7 @@ from airflow_cdc_provider.sinks.delta import is_conflict, older_than
 from airflow_cdc_provider.sinks.delta_append import (
     CARRIES,
     WRITE_KEY,
+    OwnChunks,
     append_files,
     delete_unreferenced,
     stats_columns,
@@ -369,6 +370,77 @@ def test_key_column_without_statistics_falls_back_instead_of_failing(tmp_path):
     second = window_files(tmp_path, "t", schema, kv_rows(range(100, 110)))
     assert append(tmp_path, "t", schema, second, ("w1", 1)) == "may overlap"
     assert keys(uri) == list(range(10))
+
+
+def test_string_keys_tell_windows_apart_in_byte_order_through_truncated_statistics(tmp_path):
+    """A table keyed by a string: a window appends when every file of the table lies outside its keys in the order
+    of their bytes (non-ASCII after ASCII, as UTF-8 orders them), whatever a collation would say; a file delta-rs
+    wrote itself (a MERGE's) states keys beyond 64 characters by a shorter minimum and a larger maximum, so a
+    window holding such a key, or one between it and that maximum, is taken to overlap, and one beyond is not."""
+    schema = pa.schema([("id", pa.string()), ("v", pa.string()), ("_cdc_deleted", pa.bool_())])
+    uri = new_table(tmp_path, schema)
+    long_key = "x" * 100
+
+    def rows(ids) -> list[dict]:
+        return [{"id": i, "v": "w", "_cdc_deleted": False} for i in ids]
+
+    first = window_files(tmp_path, "t", schema, rows(["B", "a", "m"]))  # upper case first in byte order
+    assert window_ranges(first, ["id"], schema) == {"id": ("B", "m")}
+    assert append(tmp_path, "t", schema, first, ("w0", 1)) == "appended"
+    # "C" lies between "B" and "m" in byte order (not in a case-insensitive collation's): it may overlap
+    assert append(tmp_path, "t", schema, window_files(tmp_path, "t", schema, rows(["C"])), ("w1", 1)) \
+        == "may overlap"
+    beyond = window_files(tmp_path, "t", schema, rows(["z", "é", "😀"]))
+    assert window_ranges(beyond, ["id"], schema) == {"id": ("z", "😀")}
+    assert append(tmp_path, "t", schema, beyond, ("w2", 1)) == "appended"
+
+    # a MERGE's file, its statistics written by delta-rs: the long key's truncated to 64 characters
+    DeltaTable(uri).merge(pa.Table.from_pylist(rows([long_key]), schema=schema), "t.id = s.id", source_alias="s",
+                          target_alias="t").when_not_matched_insert_all().execute()
+    stats = [a for a in pa.table(DeltaTable(uri).get_add_actions(flatten=True)).to_pylist()
+             if a["min.id"].startswith("x")]
+    assert [(len(a["min.id"]), a["max.id"]) for a in stats] == [(64, "x" * 63 + "y")], stats
+    for held in ([long_key], [long_key + "a"], ["x" * 63 + "y"]):
+        window = window_files(tmp_path, "t", schema, rows(held))
+        assert append(tmp_path, "t", schema, window, (f"w-{len(held[0])}", 1)) == "may overlap", held
+        delete_unreferenced(Storage(str(tmp_path)), "t", DeltaTable(uri), window)
+    assert append(tmp_path, "t", schema, window_files(tmp_path, "t", schema, rows(["x" * 63 + "z"])),
+                  ("w3", 1)) == "appended"
+    live = DeltaTable(uri).to_pyarrow_table(columns=["id"]).column("id").to_pylist()
+    assert sorted(live) == sorted(["B", "a", "m", "z", "é", "😀", long_key, "x" * 63 + "z"])
+
+
+def test_files_of_the_epoch_s_other_chunks_only_hold_no_key_of_a_window(tmp_path):
+    """A key no statistics order (a DATE here): a window still appends onto files whose every row another chunk of
+    its epoch wrote (by the statistics of ``_cdc_chunk``, in string order), and not onto a file that may hold a row
+    of its own chunks, of another epoch, or of the stream (no tag)."""
+    schema = pa.schema([("id", pa.date32()), ("v", pa.string()), ("_cdc_deleted", pa.bool_()),
+                        ("_cdc_chunk", pa.string())])
+    uri = new_table(tmp_path, schema)
+    day = dt.date(2024, 1, 1)
+
+    def window(tags: list, own: list[str], n: int) -> str:
+        rows = [{"id": day + dt.timedelta(days=100 * n + i), "v": "w", "_cdc_deleted": False, "_cdc_chunk": t}
+                for i, t in enumerate(tags)]
+        files = window_files(tmp_path, "t", schema, rows)
+        outcome = append_files(lambda: DeltaTable(uri), files, window_ranges(files, ["id"], schema), (f"w{n}", 1),
+                               f"window {n}", refuse=lambda d: False, own=OwnChunks("_cdc_chunk", 5, tuple(own)))
+        if outcome != "appended":
+            delete_unreferenced(Storage(str(tmp_path)), "t", DeltaTable(uri), files)
+        return outcome
+
+    assert window(["5:0", "5:1"], ["5:0", "5:1"], 0) == "appended"  # no file yet
+    assert window(["5:2"], ["5:2"], 1) == "appended"
+    assert window(["5:1"], ["5:1"], 2) == "may overlap"  # an earlier attempt of its chunk may have written it
+    assert window(["5:10", "5:3"], ["5:10", "5:3"], 3) == "appended"
+    # "5:2" lies between "5:10" and "5:3" in string order: that file may hold it
+    assert window(["5:2"], ["5:2"], 4) == "may overlap"
+    assert window(["5:4"], ["5:4"], 5) == "appended"
+    write_deltalake(uri, pa.Table.from_pylist([{"id": day, "v": "s", "_cdc_deleted": False, "_cdc_chunk": None}],
+                                              schema=schema), mode="append")
+    assert window(["5:5"], ["5:5"], 6) == "may overlap"  # the stream's row may hold any key
+    tags = DeltaTable(uri).to_pyarrow_table(columns=["_cdc_chunk"]).column(0).to_pylist()
+    assert sorted(tags, key=lambda t: (t is None, t or "")) == ["5:0", "5:1", "5:10", "5:2", "5:3", "5:4", None]
 
 
 def test_a_truncate_read_before_an_append_conflicts_with_it(tmp_path):
