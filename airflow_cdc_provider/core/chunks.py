@@ -52,7 +52,9 @@ class TableId:
 @dataclass(frozen=True)
 class Chunk:
     """One key range of one table. ``start``/``end`` are key tuples (one value per key column) or None;
-    ``epoch`` names the snapshot of the table the chunk belongs to (each re-snapshot is a new epoch)."""
+    ``epoch`` names the snapshot of the table the chunk belongs to (each re-snapshot is a new epoch);
+    ``key_order``: what decided the source's order of the key when the chunk was planned (``source.key_order.
+    order_signature``; empty: not known), under which the ranges of an epoch's chunks split the keys."""
 
     table: TableId
     index: int
@@ -60,6 +62,7 @@ class Chunk:
     start: Key | None
     end: Key | None
     epoch: int = 0
+    key_order: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def split_id(self) -> str:
@@ -83,6 +86,7 @@ class Chunk:
             "start": encode_key(self.start),
             "end": encode_key(self.end),
             "epoch": self.epoch,
+            "key_order": list(self.key_order),
         }
 
     @classmethod
@@ -94,6 +98,7 @@ class Chunk:
             start=decode_key(data["start"]),
             end=decode_key(data["end"]),
             epoch=int(data.get("epoch") or 0),
+            key_order=tuple(data.get("key_order") or ()),
         )
 
 

@@ -38,7 +38,7 @@ from airflow_cdc_provider.core.window import LastChanges, after_last_truncate, f
 from airflow_cdc_provider.source.binlog import TableChangeReader, read_changes_between
 from airflow_cdc_provider.source.chunk_queries import select_chunk_sql
 from airflow_cdc_provider.source.connection import connect
-from airflow_cdc_provider.source.key_order import DatabaseKeyOrder
+from airflow_cdc_provider.source.key_order import DatabaseKeyOrder, order_signature
 from airflow_cdc_provider.source.schema import TableSchema, load_schema
 from airflow_cdc_provider.source.server import (XA_COMMIT_GRACE, ServerInfo, SourceError, current_offset,
                                                 prepared_xa_transactions, server_info)
@@ -182,6 +182,26 @@ def low_watermark(conn: Any, info: ServerInfo, schema: TableSchema,
         time.sleep(0.005 if waited < 2 else 0.25)
         prepared &= set(prepared_xa_transactions(conn))
     return low, ended
+
+
+class KeyOrderChanged(RuntimeError):
+    """The table's key no longer orders as when its chunks were planned: their ranges may overlap."""
+
+
+def check_key_order(chunks: list[Chunk], schema: TableSchema) -> None:
+    """Refuse to read chunks planned under another key or another order of it than the table has now (an ALTER
+    changed a key column's collation or type, or the key, since the plan step): their ranges no longer split
+    the table, so two chunks could both hold a key. Chunks of a plan that did not record the order are read as
+    they are."""
+    planned, now = chunks[0].key_order, order_signature(schema)
+    was, key = tuple(chunks[0].key_columns), tuple(schema.key_columns)
+    if planned and (planned, was) != (now, key):
+        raise KeyOrderChanged(
+            f"{schema.table}: its chunks were planned with the key ({', '.join(was)}) ordered as "
+            f"{'; '.join(planned)}, and its key is now ({', '.join(key)}) ordered as {'; '.join(now)}: an ALTER "
+            f"(or an edit of source.chunk_key) changed the key or a key column's collation or type since the plan "
+            f"step, so the planned key ranges no longer split the table. Clear the plan step of this DAG run (with "
+            f"its downstream tasks) to plan and snapshot the table again")
 
 
 def _check_definition(conn: Any, schema: TableSchema, high: BinlogOffset) -> None:

@@ -67,6 +67,34 @@ def check_written(where: str, written: int, held: int) -> None:
                         "Spark's default committer (algorithm version 1)")
 
 
+def write_checked(df, storage, rel: str, what: str, write: Callable[[Any, str], None]) -> int:
+    """``write(df, location)``: Spark writes ``df`` as Parquet files into the directory ``rel`` of ``storage``;
+    then the rows it wrote are checked against those its files hold (``check_written``), and on a difference
+    the directory is removed and the write fails. How many rows Spark wrote."""
+    from airflow_cdc_provider.spark.frames import counted_write
+
+    location = storage.location(rel)
+    written = counted_write(df, lambda d: write(d, location))
+    try:
+        check_written(f"{what}: {location}", written, parquet_rows(storage, rel))
+    except SinkError:
+        storage.rmtree(rel)
+        raise
+    return written
+
+
+def parquet_rows(storage, rel: str) -> int:
+    """The rows the Parquet files directly in the directory ``rel`` of ``storage`` hold, by their footers."""
+    import pyarrow.parquet as pq
+
+    rows = 0
+    for name in storage.listdir(rel):
+        if name.endswith(".parquet"):
+            with storage.open(f"{rel}/{name}", "rb") as f:
+                rows += pq.ParquetFile(f).metadata.num_rows
+    return rows
+
+
 @dataclass(frozen=True)
 class SinkDefinition:
     """What a sink table holds: its data columns, and the version of the source table's definition they are
@@ -182,9 +210,11 @@ class Sink(abc.ABC):
 
     @abc.abstractmethod
     def open_window(self, rows, types, epoch: int, indexes: list[int], low_watermark: Version,
-                    retried: set[int]) -> SnapshotWindow:
+                    retried: set[int], split_keys: bool = False) -> SnapshotWindow:
         """Start writing a watermark window's ``rows`` (data columns and ``CHUNK_COLUMN``): the read must
-        happen now, between the watermarks. ``retried``: chunks an earlier attempt may have written part of."""
+        happen now, between the watermarks. ``retried``: chunks an earlier attempt may have written part of.
+        ``split_keys``: the epoch's chunks split the table's keys as the window reads them (they were planned
+        under the key order it reads with), so no chunk of the epoch writes a key of another."""
 
     @abc.abstractmethod
     def write_changes(self, df, types, batch_id: int, mid_write: Hook, rows: Callable[[], int]) -> None:

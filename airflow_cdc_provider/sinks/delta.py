@@ -59,6 +59,7 @@ from airflow_cdc_provider.sinks.base import (
     SinkError,
     Version,
     check_written,
+    write_checked,
 )
 from airflow_cdc_provider.sinks.delta_settings import DeltaSinkSettings
 from airflow_cdc_provider.sinks.evolution import check_numbering, column_moves
@@ -364,11 +365,12 @@ def chunk_tags(epoch: int, indexes) -> list[str]:
     return [f"{epoch}:{i}" for i in sorted(indexes)]
 
 
-def own_chunks(epoch: int, indexes):
-    """A window's chunks, by which ``delta_append`` tells the files of the epoch's other chunks apart."""
+def own_chunks(epoch: int, indexes, split_keys: bool):
+    """A window's chunks, by which ``delta_append`` tells the files of the epoch's other chunks apart; None
+    unless the epoch's chunks are known to split the keys as the window reads them (``split_keys``)."""
     from airflow_cdc_provider.sinks.delta_append import OwnChunks
 
-    return OwnChunks(CHUNK, epoch, tuple(chunk_tags(epoch, indexes)))
+    return OwnChunks(CHUNK, epoch, tuple(chunk_tags(epoch, indexes))) if split_keys else None
 
 
 def may_hold_chunks(dt, epoch: int, indexes) -> bool:
@@ -1101,20 +1103,22 @@ class DeltaSink(FileSink):
 
     # -- snapshot windows ---------------------------------------------------------------------------------
     def open_window(self, rows, types, epoch: int, indexes: list[int], low_watermark: Version,
-                    retried: set[int]) -> "WrittenDeltaWindow | StagedDeltaWindow":
+                    retried: set[int], split_keys: bool = False) -> "WrittenDeltaWindow | StagedDeltaWindow":
         """The window written by the executors as data files of the table while it is read
         (``WrittenDeltaWindow``), or, where that is not known to be right, staged and written at its high
-        watermark (``StagedDeltaWindow``)."""
+        watermark (``StagedDeltaWindow``). ``split_keys``: files of the epoch's other chunks hold none of the
+        window's keys (``own_chunks``)."""
         table = str(types.schema.table)
         dt = self.open_table(table)
-        reason = self.written_window_refusal(dt, types, epoch, indexes, retried)
+        own = own_chunks(epoch, indexes, split_keys)
+        reason = self.written_window_refusal(dt, types, epoch, retried, own)
         if reason is None:
             return WrittenDeltaWindow(self, rows, types, epoch, indexes, low_watermark, self._arrow_schema(dt),
-                                      retried)
+                                      retried, own)
         log.info("%s: snapshot epoch %d chunks %d-%d staged (%s)", table, epoch, min(indexes), max(indexes), reason)
-        return StagedDeltaWindow(self, self.stage(rows, table), types, epoch, indexes, low_watermark, retried)
+        return StagedDeltaWindow(self, self.stage(rows, table), types, epoch, indexes, low_watermark, retried, own)
 
-    def written_window_refusal(self, dt, types, epoch: int, indexes: list[int], retried: set[int]) -> str | None:
+    def written_window_refusal(self, dt, types, epoch: int, retried: set[int], own=None) -> str | None:
         """Why a window is not written straight as data files of the table (``WrittenDeltaWindow``): that needs
         the data files' own statistics to be trusted and the append to be likely; None: it is."""
         import pyarrow as pa
@@ -1134,7 +1138,7 @@ class DeltaSink(FileSink):
         if floats:
             return f"float columns {floats} keep statistics, which a Parquet writer may leave NaN out of"
         if not any(orderable_key(schema.field(k).type) for k in types.schema.key_columns) \
-                and may_overlap(dt, {}, own_chunks(epoch, indexes)):
+                and may_overlap(dt, {}, own):
             return ("the table has rows of others than the epoch's other chunks, and no integer or string key "
                     "column to tell their ranges apart")
         return None
@@ -1144,15 +1148,9 @@ class DeltaSink(FileSink):
         are read once, right away, and compressing them costs more than the bytes it saves. In small row groups:
         they are rewritten one row group at a time (``delta_append.staged_batches``)."""
         staging = self.layout.staging_dir(table)
-        location = self.layout.storage.location(staging)
-        written = counted_write(df, lambda d: d.write.mode("overwrite").option("compression", "none")
-                                .option("parquet.block.size", STAGED_ROW_GROUP_BYTES).parquet(location))
-        held = self.layout.dataset(staging).count_rows() if self.layout.parquet_files(staging) else 0
-        try:
-            check_written(f"{table}: staged rows {location}", written, held)
-        except SinkError:
-            self.layout.storage.rmtree(staging)
-            raise
+        write_checked(df, self.layout.storage, staging, f"{table}: staged rows",
+                      lambda d, at: d.write.mode("overwrite").option("compression", "none")
+                      .option("parquet.block.size", STAGED_ROW_GROUP_BYTES).parquet(at))
         return staging
 
     # -- reading ---------------------------------------------------------------------------------------
@@ -1190,10 +1188,11 @@ class StagedDeltaWindow(FoldedWindow):
     (deleted meanwhile) become tombstones in the MERGE's commit."""
 
     def __init__(self, sink: DeltaSink, staging: str, types, epoch: int, indexes: list[int],
-                 low_watermark: Version, retried: set[int]) -> None:
-        """``staging``: the window's rows as read (data columns and ``CHUNK_COLUMN``), staged."""
+                 low_watermark: Version, retried: set[int], own=None) -> None:
+        """``staging``: the window's rows as read (data columns and ``CHUNK_COLUMN``), staged; ``own``:
+        ``own_chunks``."""
         self.sink, self.spark, self.types, self.epoch, self.indexes = sink, sink.spark, types, epoch, indexes
-        self.low_watermark, self.retried = low_watermark, retried
+        self.low_watermark, self.retried, self.own = low_watermark, retried, own
         self.table = str(types.schema.table)
         self.staging = staging
         self.counts = self._counts(self.staging)
@@ -1255,7 +1254,7 @@ class StagedDeltaWindow(FoldedWindow):
             return "a truncate or drop emptied the table"
         schema = self.sink._arrow_schema(dt)
         if not any(orderable_key(schema.field(k).type) for k in self.types.schema.key_columns) \
-                and may_overlap(dt, {}, own_chunks(self.epoch, self.indexes)):
+                and may_overlap(dt, {}, self.own):
             return ("the table has rows of others than the epoch's other chunks, and no integer or string key "
                     "column to tell their ranges apart")
         return None
@@ -1299,7 +1298,7 @@ class StagedDeltaWindow(FoldedWindow):
         keys = list(self.types.schema.key_columns)
         outcome = append_files(lambda: sink.open_table(table), files, window_ranges(files, keys, schema), app,
                                what, refuse=lambda d: EMPTIED_PROPERTY in d.metadata().configuration,
-                               own=own_chunks(self.epoch, self.indexes))
+                               own=self.own)
         if outcome == "appended":
             rows = sum(json.loads(f.stats)["numRecords"] for f in files)
             log.info("%s: %s: appended %d rows in %d data files", table, what, rows, len(files))
@@ -1336,10 +1335,12 @@ class WrittenDeltaWindow:
     (``snapshot-<epoch>-<first>-<last>-<id>/``)."""
 
     def __init__(self, sink: DeltaSink, rows, types, epoch: int, indexes: list[int], low_watermark: Version,
-                 schema, retried: set[int] = frozenset()) -> None:
+                 schema, retried: set[int] = frozenset(), own=None) -> None:
         """``rows``: the window as read (data columns and ``CHUNK_COLUMN``); ``schema``: the table's (Arrow);
-        ``retried``: chunks an earlier attempt began, none of whose rows the table held as the window opened."""
+        ``retried``: chunks an earlier attempt began, none of whose rows the table held as the window opened;
+        ``own``: ``own_chunks``."""
         self.sink, self.types, self.epoch, self.indexes, self.retried = sink, types, epoch, indexes, set(retried)
+        self.own = own
         self.low_watermark = tuple(low_watermark)
         self.table = str(types.schema.table)
         self.schema = schema
@@ -1411,7 +1412,7 @@ class WrittenDeltaWindow:
         check_written(f"{table}: {what}: {self.sink.layout.storage.location(f'{self.table_dir}/{self.dir}')}",
                       self._written, sum(self.counts.values()))
         keys = list(self.types.schema.key_columns)
-        ranges, own = window_ranges(files, keys, self.schema), own_chunks(self.epoch, self.indexes)
+        ranges, own = window_ranges(files, keys, self.schema), self.own
         window_range = ranges.get(keys[0]) if len(keys) == 1 else None
         # the application transaction goes on the window's last commit: a retry on an unchanged binlog (same
         # high watermark) skips the window as committed only once all of it is

@@ -69,6 +69,7 @@ from airflow_cdc_provider.sinks.base import (
     SinkDefinition,
     SinkError,
     Version,
+    write_checked,
 )
 from airflow_cdc_provider.sinks.parquet_arrow import (
     HISTORY_FILE,
@@ -325,7 +326,7 @@ class ParquetSink(FileSink):
 
     # -- snapshot windows ---------------------------------------------------------------------------------
     def open_window(self, rows, types, epoch: int, indexes: list[int], low_watermark: Version,
-                    retried: set[int]) -> "StagedWindow":
+                    retried: set[int], split_keys: bool = False) -> "StagedWindow":
         return StagedWindow(self, rows, types, epoch, indexes)
 
     @staticmethod
@@ -338,7 +339,8 @@ class ParquetSink(FileSink):
     def _write_rows(self, df, table: str) -> str:
         """Write a window's rows (data columns and ``CHUNK_COLUMN``) to a new staging directory (returned)."""
         staging = self.layout.staging_dir(table)
-        self._snapshot_rows(df).write.mode("overwrite").parquet(self.layout.location(staging))
+        write_checked(self._snapshot_rows(df), self.layout.storage, staging, f"{table}: a snapshot window's rows",
+                      lambda d, at: d.write.mode("overwrite").parquet(at))
         return staging
 
     def _parquet_files(self, staging: str) -> list[str]:
@@ -389,7 +391,8 @@ class ParquetSink(FileSink):
         """A batch with no rows publishes nothing."""
         table = str(types.schema.table)
         staging = self.layout.staging_dir(table)
-        df.write.mode("overwrite").parquet(self.layout.location(staging))
+        write_checked(df, self.layout.storage, staging, f"{table}: stream batch {batch_id}",
+                      lambda d, at: d.write.mode("overwrite").parquet(at))
         mid_write()
         if rows():
             self._note_first_batch(table, types.version, batch_id)

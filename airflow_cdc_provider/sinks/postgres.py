@@ -589,7 +589,7 @@ class PostgresSink(Sink):
         self.mirror.evolve_in_place(versions, epoch)
 
     def open_window(self, rows, types, epoch: int, indexes: list[int], low_watermark: Version,
-                    retried: set[int]) -> "WrittenWindow":
+                    retried: set[int], split_keys: bool = False) -> "WrittenWindow":
         return WrittenWindow(self, rows, types, epoch, indexes, low_watermark, retried)
 
     def _upsert(self, df, types, chunk_tag, insert_first: bool = False) -> dict[str | None, int]:

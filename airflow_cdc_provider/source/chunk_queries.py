@@ -7,10 +7,12 @@ the column collation and BIGINT UNSIGNED keys above 2**63 stay exact (bound as P
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from airflow_cdc_provider.core.chunks import Chunk, SplitOptions, split_table
 from airflow_cdc_provider.core.keys import Key
+from airflow_cdc_provider.source.key_order import order_signature
 from airflow_cdc_provider.source.schema import TableSchema
 from airflow_cdc_provider.source.sql import compare, order_by, quote_ident, quote_table, range_predicate
 
@@ -83,10 +85,13 @@ def select_chunk_sql(schema: TableSchema, chunk: Chunk) -> tuple[str, list[Any]]
 
 
 def split_schema(conn: Any, schema: TableSchema, options: SplitOptions) -> list[Chunk]:
-    return split_table(
+    """The table's chunks, each with the key order they were planned under (``order_signature``)."""
+    chunks = split_table(
         schema.table,
         schema.key_columns,
         MySQLKeyRangeQueries(conn, schema),
         options,
         single_integer_key=schema.single_integer_key,
     )
+    signature = order_signature(schema)
+    return [replace(c, key_order=signature) for c in chunks]

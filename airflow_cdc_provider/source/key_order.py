@@ -55,6 +55,25 @@ class PaddedWeight:
         return f"PaddedWeight({self.weight.hex()})"
 
 
+def order_signature(schema: TableSchema) -> tuple[str, ...]:
+    """What decides the server's order of the table's key, one entry per key column: integers all order alike;
+    character strings by their character set and collation; ENUMs (and SETs) by their list of values and their
+    collation (chunk bounds compare them as text); other types by their type. Chunk ranges planned under one
+    signature and read under another may overlap (and count some keys twice), where an ALTER changed a key
+    column's collation or type in between."""
+    out = []
+    for col in schema.key:
+        if col.is_integer:
+            out.append("integer")
+        elif col.data_type in ("enum", "set"):
+            out.append(f"{col.column_type} {col.charset} {col.collation}")
+        elif col.is_collated_string:
+            out.append(f"{col.data_type} {col.charset} {col.collation}")
+        else:
+            out.append(col.data_type)
+    return tuple(out)
+
+
 class DatabaseKeyOrder:
     """Callable: ``order(key)`` -> a tuple whose Python order equals the server's order of keys."""
 

@@ -34,7 +34,7 @@ from airflow_cdc_provider.core.chunks import Chunk, TableId
 from airflow_cdc_provider.core.keys import Key
 from airflow_cdc_provider.core.offsets import BinlogOffset
 from airflow_cdc_provider.core.reports import ChunkReport
-from airflow_cdc_provider.pipeline.chunk_window import chunk_reports, read_window, read_window_again
+from airflow_cdc_provider.pipeline.chunk_window import check_key_order, chunk_reports, read_window, read_window_again
 from airflow_cdc_provider.pipeline.faults import FaultSwitch
 from airflow_cdc_provider.pipeline.jobspec import JobSpec
 from airflow_cdc_provider.sinks.base import CHUNK_COLUMN
@@ -172,6 +172,7 @@ class SnapshotJob:
 
     def read_table(self, conn, info, table: TableId, chunks: list[Chunk]) -> list[ChunkReport]:
         schema = load_schema(conn, table, self.spec.chunk_key(table))
+        check_key_order(chunks, schema)
         self.store.write_table_schema(str(table), schema.to_dict())
         self.store.note_snapshot_definition(str(table), chunks[0].epoch, schema)
         types = TableSinkTypes.of(schema, 0, chunks[0].epoch)
@@ -202,7 +203,8 @@ class SnapshotJob:
 
         def select(low: BinlogOffset):
             rows = read_window_rows(self.spark, conn, self.settings, schema, types, chunks, self.partitions)
-            opened.append(self.sink.open_window(rows, types, epoch, indexes, low.sort_key, retried))
+            opened.append(self.sink.open_window(rows, types, epoch, indexes, low.sort_key, retried,
+                                                split_keys=bool(chunks[0].key_order)))
             return opened[-1]
 
         try:

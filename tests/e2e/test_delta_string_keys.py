@@ -7,6 +7,8 @@ row."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from .cdc_helpers import Pipeline, delta_sink
 from .test_delta_sink import assert_delta_equals_source, table_uri, window_commits
 
@@ -78,3 +80,27 @@ def test_string_and_date_keyed_windows_append_or_replace_files_rather_than_merge
     p.stream()
     for t in tables:
         assert_delta_equals_source(p, db, t)
+
+
+def test_a_key_collation_changed_after_the_plan_refuses_the_snapshot_until_planned_again(source_db, tmp_path):
+    """The chunks were planned under a case-insensitive collation of the key, which an ALTER then makes binary:
+    their ranges no longer split the table, so the snapshot task refuses before writing anything (two windows
+    of the epoch could hold one key, and a window appends onto files of the epoch's other chunks). The next plan
+    splits the keys in their new order, and its windows append."""
+    db = source_db
+    db.execute("CREATE TABLE codes (code VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL "
+               "PRIMARY KEY, v INT)")
+    db.execute("INSERT INTO codes SELECT CONCAT(IF(seq % 2, 'K', 'k'), LPAD(seq, 5, '0')), seq FROM seq_1_to_600")
+    p = Pipeline(db, tmp_path, delta_sink(tmp_path), ["codes"], chunk_size=200)
+    chunks = p.plan()
+    db.execute("ALTER TABLE codes MODIFY code VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL")
+    assert p.snapshot(chunks, check=False).returncode != 0, "chunks planned under another key order were read"
+    log = p.last_log("snapshot_chunk", None)
+    assert "its chunks were planned with the key (code) ordered as varchar utf8mb4 utf8mb4_general_ci" in log \
+        and "Clear the plan step" in log, log[-3000:]
+    uri = table_uri(p, db, "codes")
+    assert not Path(uri, "_delta_log").exists(), "the refused task wrote the table"
+
+    epoch = snapshot_in_two_tasks(p)
+    assert how_windows_landed(uri, epoch) == ["append", "append"], window_commits(uri)
+    assert_delta_equals_source(p, db, "codes")
