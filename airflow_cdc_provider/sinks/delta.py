@@ -373,6 +373,17 @@ def own_chunks(epoch: int, indexes, split_keys: bool):
     return OwnChunks(CHUNK, epoch, tuple(chunk_tags(epoch, indexes))) if split_keys else None
 
 
+def unordered_key_refusal(dt, schema, key_columns, own) -> str | None:
+    """Why a window of a table whose key has no integer or string column (no statistics range to tell windows
+    apart by) is not appended: the table holds a file other than of the epoch's other chunks (``own``)."""
+    from airflow_cdc_provider.sinks.delta_append import may_overlap
+
+    if any(orderable_key(schema.field(k).type) for k in key_columns) or not may_overlap(dt, {}, own):
+        return None
+    return ("the table has rows of others than the epoch's other chunks, and no integer or string key column to "
+            "tell their ranges apart")
+
+
 def may_hold_chunks(dt, epoch: int, indexes) -> bool:
     """Whether a file of ``dt`` may hold a row chunks ``indexes`` of snapshot ``epoch`` wrote (by the files'
     statistics of ``CHUNK``)."""
@@ -1123,7 +1134,7 @@ class DeltaSink(FileSink):
         the data files' own statistics to be trusted and the append to be likely; None: it is."""
         import pyarrow as pa
 
-        from airflow_cdc_provider.sinks.delta_append import may_overlap, stats_columns
+        from airflow_cdc_provider.sinks.delta_append import stats_columns
 
         if self.spark is None or dt is None:
             return "no Spark session" if dt is not None else "no table"
@@ -1137,11 +1148,7 @@ class DeltaSink(FileSink):
         floats = [c for c in stats_columns(dt) if pa.types.is_floating(schema.field(c).type)]
         if floats:
             return f"float columns {floats} keep statistics, which a Parquet writer may leave NaN out of"
-        if not any(orderable_key(schema.field(k).type) for k in types.schema.key_columns) \
-                and may_overlap(dt, {}, own):
-            return ("the table has rows of others than the epoch's other chunks, and no integer or string key "
-                    "column to tell their ranges apart")
-        return None
+        return unordered_key_refusal(dt, schema, types.schema.key_columns, own)
 
     def stage(self, df, table: str) -> str:
         """Write ``df`` with Spark to a new staging directory of ``table`` (returned). Uncompressed: the files
@@ -1241,8 +1248,6 @@ class StagedDeltaWindow(FoldedWindow):
 
     def _merge_reason(self, dt, app: tuple[str, int]) -> str | None:
         """Why the window must be MERGEd rather than appended (``delta_append``), known before writing files."""
-        from airflow_cdc_provider.sinks.delta_append import may_overlap
-
         if dt is None:
             return "no table"
         done = dt.transaction_version(app[0])
@@ -1252,12 +1257,7 @@ class StagedDeltaWindow(FoldedWindow):
             return f"retried chunks {sorted(self.retried)}"
         if EMPTIED_PROPERTY in dt.metadata().configuration:
             return "a truncate or drop emptied the table"
-        schema = self.sink._arrow_schema(dt)
-        if not any(orderable_key(schema.field(k).type) for k in self.types.schema.key_columns) \
-                and may_overlap(dt, {}, self.own):
-            return ("the table has rows of others than the epoch's other chunks, and no integer or string key "
-                    "column to tell their ranges apart")
-        return None
+        return unordered_key_refusal(dt, self.sink._arrow_schema(dt), self.types.schema.key_columns, self.own)
 
     def _append(self, staged: str, version: Version, app: tuple[str, int], what: str, mid_write: Hook) -> bool:
         """Append the window as data files written where its rows are (the executors), if that is correct
@@ -1412,7 +1412,7 @@ class WrittenDeltaWindow:
         check_written(f"{table}: {what}: {self.sink.layout.storage.location(f'{self.table_dir}/{self.dir}')}",
                       self._written, sum(self.counts.values()))
         keys = list(self.types.schema.key_columns)
-        ranges, own = window_ranges(files, keys, self.schema), self.own
+        ranges = window_ranges(files, keys, self.schema)
         window_range = ranges.get(keys[0]) if len(keys) == 1 else None
         # the application transaction goes on the window's last commit: a retry on an unchanged binlog (same
         # high watermark) skips the window as committed only once all of it is
@@ -1424,10 +1424,10 @@ class WrittenDeltaWindow:
             outcome = "the files' types are not the table's"
         elif files:
             outcome = append_files(lambda: sink.open_table(table), files, ranges, rows_app, what, refuse=self._refuse,
-                                   own=own)
+                                   own=self.own)
         if outcome == "may overlap" and ranges:
             outcome = replace_files(lambda: sink.open_table(table), files, ranges, rows_app, what,
-                                    refuse=self._refuse, carry=partial(self._carry, files), own=own)
+                                    refuse=self._refuse, carry=partial(self._carry, files), own=self.own)
         self._committed = outcome in ("appended", "replaced")
         if outcome == "appended":
             log.info("%s: %s: appended %d rows in %d data files written by the executors", table, what,

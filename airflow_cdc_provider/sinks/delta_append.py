@@ -392,13 +392,16 @@ def overlapping_files(dt, ranges: dict[str, tuple[Any, Any]], own: OwnChunks | N
         return any(low.get(c) is not None and high.get(c) is not None and (high[c] < lo or low[c] > hi)
                    for c, (lo, hi) in ranges.items())
 
+    def clear(rows, nulls: dict, low: dict, high: dict) -> bool:
+        """The file holds no key of the window."""
+        return disjoint(low, high) or (own is not None and own.others_only(rows, nulls, low, high))
+
     def column(name: str) -> list:
         return actions.column(name).to_pylist() if name in names else [None] * len(files)
 
     return [f for f, rows, nulls, low, high in zip(files, column("num_records"), column("null_count"),
                                                    column("min"), column("max"), strict=True)
-            if not disjoint(low or {}, high or {}) and not (own and own.others_only(rows, nulls or {}, low or {},
-                                                                                   high or {}))]
+            if not clear(rows, nulls or {}, low or {}, high or {})]
 
 
 def may_hold_values(dt, column: str, values: list[str]) -> bool:

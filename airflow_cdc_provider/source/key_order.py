@@ -63,12 +63,11 @@ def order_signature(schema: TableSchema) -> tuple[str, ...]:
     column's collation or type in between."""
     out = []
     for col in schema.key:
+        listed = col.data_type in ("enum", "set")
         if col.is_integer:
             out.append("integer")
-        elif col.data_type in ("enum", "set"):
-            out.append(f"{col.column_type} {col.charset} {col.collation}")
-        elif col.is_collated_string:
-            out.append(f"{col.data_type} {col.charset} {col.collation}")
+        elif listed or col.is_collated_string:
+            out.append(f"{col.column_type if listed else col.data_type} {col.charset} {col.collation}")
         else:
             out.append(col.data_type)
     return tuple(out)
