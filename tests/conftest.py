@@ -72,6 +72,27 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: (slowest_first.get(_tier(item), 1), -per_file[str(item.fspath)], str(item.fspath)))
 
 
+@pytest.fixture(scope="module")
+def local_spark(request: pytest.FixtureRequest):
+    """An in-process ``local[1]`` Spark session for a module's checks, stopped after it. A worker process that
+    ran an e2e file already holds that tier's session (``local[2]``, kept for the whole run): the module gets
+    that one, and leaves it running."""
+    import logging
+    import sys
+
+    from pyspark import SparkContext
+
+    from airflow_cdc_provider.spark.session import spark_session, stop_session
+
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines at exit hit closed pytest streams
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # its Python workers: this venv's, as the jobs' are
+    running = SparkContext._active_spark_context is not None
+    s = spark_session(f"airflow-cdc {request.module.__name__}", master="local[1]")
+    yield s
+    if not running:
+        stop_session(s)
+
+
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PrivatePostgres]:
     pg = PrivatePostgres()

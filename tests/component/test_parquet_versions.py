@@ -64,15 +64,8 @@ DEFAULTS_V1 = {"status": "new", "fee": Decimal(7), "tag": b"\x00\xff", "since": 
 
 
 @pytest.fixture(scope="module")
-def spark():
-    import logging
-
-    from airflow_cdc_provider.spark.session import spark_session, stop_session
-
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    s = spark_session("airflow-cdc parquet versions", master="local[1]")
-    yield s
-    stop_session(s)
+def spark(local_spark):
+    return local_spark
 
 
 @pytest.fixture

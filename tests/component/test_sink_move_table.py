@@ -68,17 +68,11 @@ def noop() -> None:
 
 
 @pytest.fixture(scope="module")
-def spark():
-    import logging
-
-    from airflow_cdc_provider.spark.session import spark_session, stop_session
-
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    s = spark_session("airflow-cdc sink move_table", master="local[1]")
+def spark(local_spark):
     # the delta sink names a stream batch's commit after the streaming query writing it, as in foreachBatch
-    s.sparkContext.setLocalProperty("sql.streaming.queryId", "move-table-test")
-    yield s
-    stop_session(s)
+    local_spark.sparkContext.setLocalProperty("sql.streaming.queryId", "move-table-test")
+    yield local_spark
+    local_spark.sparkContext.setLocalProperty("sql.streaming.queryId", None)
 
 
 def own_rows(sink, table: str) -> list[tuple]:

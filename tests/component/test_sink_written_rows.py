@@ -7,9 +7,7 @@ another task of the write committed, is put there by a task of the very write.""
 
 from __future__ import annotations
 
-import os
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -34,33 +32,33 @@ TYPES = TableSinkTypes.of(TableSchema(
 
 
 @pytest.fixture(scope="module")
-def spark():
-    import logging
-
-    from airflow_cdc_provider.spark.session import spark_session, stop_session
-
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the leftover's writer runs in a Python worker
-    s = spark_session("airflow-cdc written rows", master="local[1]")
-    yield s
-    stop_session(s)
+def spark(local_spark):
+    return local_spark
 
 
 def leaving_a_file(root: Path, marker: Path):
-    """Spark: the identity of an int column that, evaluated in a task of a write once an earlier task of it
-    committed its file (Hadoop's committer keeps it under ``_temporary/0/task_*`` until the job commits), copies
-    that file into the directory being written, once: what a task attempt that did not commit leaves there."""
+    """Spark: the identity of an int column that, evaluated in the write's second task, waits for its first
+    task to commit its file (Hadoop's committer keeps it under ``_temporary/0/task_*`` until the job commits)
+    and copies that file into the directory being written, once: what a task attempt that did not commit
+    leaves there. The wait makes it the same whether the session runs the two tasks one after the other or
+    side by side (a session another test module created first, with more cores, is the one a module gets)."""
     from pyspark.sql import functions as F
 
     def leave(value):
         import shutil
+        import time
 
-        if marker.exists():
+        from pyspark import TaskContext
+
+        if marker.exists() or TaskContext.get().partitionId() == 0:
             return value
-        for committed in root.rglob("_temporary/0/task_*/*.parquet"):
-            shutil.copy(committed, committed.parents[3] / LEFTOVER)
-            marker.touch()
-            break
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            for committed in root.rglob("_temporary/0/task_*/*.parquet"):
+                shutil.copy(committed, committed.parents[3] / LEFTOVER)
+                marker.touch()
+                return value
+            time.sleep(0.05)
         return value
 
     return F.udf(leave, "int")
