@@ -73,8 +73,8 @@ from airflow_cdc_provider.state.store import table_dir_name
 
 log = logging.getLogger("airflow_cdc.delta")
 
-# the smallest and largest value (both included) of a table's first key column among some rows: an integer or a
-# string (``orderable_key``)
+# the smallest and largest value (both included) of a table's first key column among some rows, of a type whose
+# statistics bound it (``orderable_key``)
 KeyRange = tuple[Any, Any]
 
 DELETED = "_cdc_deleted"  # a tombstone: the key is gone as of the row's version
@@ -147,10 +147,16 @@ def unsafe_stats_columns(schema) -> list[str]:
     (scale > 0, more than 15 digits) or an int64 (scale 0, more than 18 digits: BIGINT UNSIGNED, wide DECIMALs),
     and floats, whose NaN a Parquet writer may leave out of a footer's min and max (readers order NaN
     differently, so no min or max is right for all of them)."""
+    return [f.name for f in schema if not states_exactly(f.type)]
+
+
+def states_exactly(arrow_type) -> bool:
+    """Whether every writer of the table's files states a column of ``arrow_type``'s min and max exactly
+    (``unsafe_stats_columns``)."""
     import pyarrow as pa
 
-    return [f.name for f in schema if pa.types.is_floating(f.type) or (
-        pa.types.is_decimal(f.type) and f.type.precision > (18 if f.type.scale == 0 else 15))]
+    return not (pa.types.is_floating(arrow_type) or (
+        pa.types.is_decimal(arrow_type) and arrow_type.precision > (18 if arrow_type.scale == 0 else 15)))
 
 
 def stats_property(schema, current: str | None = None) -> str | None:
@@ -331,7 +337,7 @@ def within(source: Callable[[Any], Any], key: str, key_range: KeyRange) -> Calla
 def target_cuts(dt, key: str, key_range: KeyRange, max_rows: int) -> list:
     """Where to cut ``key_range`` (ascending keys: a piece starts at each) so that the files of ``dt`` whose
     smallest ``key`` in the range falls in a piece, by their statistics of ``key`` (a table's first key column,
-    an integer or a string), hold about ``max_rows`` rows at most (a file holding more makes a piece alone; a
+    of an ``orderable_key`` type), hold about ``max_rows`` rows at most (a file holding more makes a piece alone; a
     file spanning a cut is read by each piece it meets, though counted in one). A cut falls only where a file
     starts, so one value of a composite key's first column held by more rows stays in one piece. No cut when the
     files hold fewer rows in all, or when a file states no range of ``key`` (every MERGE would read it anyway).
@@ -374,14 +380,14 @@ def own_chunks(epoch: int, indexes, split_keys: bool):
 
 
 def unordered_key_refusal(dt, schema, key_columns, own) -> str | None:
-    """Why a window of a table whose key has no integer or string column (no statistics range to tell windows
-    apart by) is not appended: the table holds a file other than of the epoch's other chunks (``own``)."""
+    """Why a window of a table whose key has no column of an ``orderable_key`` type (no statistics range to tell
+    windows apart by) is not appended: the table holds a file other than of the epoch's other chunks (``own``)."""
     from airflow_cdc_provider.sinks.delta_append import may_overlap
 
     if any(orderable_key(schema.field(k).type) for k in key_columns) or not may_overlap(dt, {}, own):
         return None
-    return ("the table has rows of others than the epoch's other chunks, and no integer or string key column to "
-            "tell their ranges apart")
+    return ("the table has rows of others than the epoch's other chunks, and no key column of an integer, string, "
+            "date or decimal type its statistics state exactly to tell their ranges apart")
 
 
 def may_hold_chunks(dt, epoch: int, indexes) -> bool:
@@ -440,21 +446,50 @@ def swept_clause(tags: list[str]) -> str:
 
 
 def orderable_key(arrow_type) -> bool:
-    """Whether a first key column of ``arrow_type`` bounds a MERGE's keys (its ON clause and pieces): integers and
-    strings, which the files' statistics, pyarrow and delta-rs's SQL order alike (strings by their bytes)."""
+    """Whether a first key column of ``arrow_type`` bounds a MERGE's keys (its ON clause and pieces): integers,
+    strings, dates and decimals without a fraction that every writer states exactly (``states_exactly``), which
+    the files' statistics, pyarrow and delta-rs's SQL order alike (strings by their bytes). Not decimals with a
+    fraction: delta-rs 1.6.6's conflict check reads such a bound as its unscaled integer (5.00 as 500), so a
+    MERGE bounded by one commits over a file another writer added meanwhile holding its key, and doubles it."""
     import pyarrow as pa
 
-    return pa.types.is_integer(arrow_type) or pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
+    return (pa.types.is_integer(arrow_type) or pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
+            or pa.types.is_date32(arrow_type)
+            or (pa.types.is_decimal(arrow_type) and arrow_type.scale == 0 and states_exactly(arrow_type)))
 
 
-def key_literal(value) -> str:
-    """A key bound as a delta-rs SQL literal."""
+def key_literal(value, arrow_type) -> str:
+    """A key bound (a value of an ``orderable_key`` column of ``arrow_type``) as a delta-rs SQL literal of the
+    column's type: a decimal is no float, a date no string."""
+    import pyarrow as pa
+
+    if pa.types.is_decimal(arrow_type):
+        return f"CAST('{format(value, 'f')}' AS DECIMAL({arrow_type.precision}, {arrow_type.scale}))"
+    if pa.types.is_date32(arrow_type):
+        return f"DATE '{value.isoformat()}'"
     return str(int(value)) if isinstance(value, int) else literal(value)
 
 
+def stated_key(value, arrow_type):
+    """A min or max of an ``orderable_key`` column as a file's statistics (JSON) state it, as the value pyarrow
+    and delta-rs's add actions give for it: dates and decimals are text there."""
+    import datetime
+    import decimal
+
+    import pyarrow as pa
+
+    if value is None:
+        return None
+    if pa.types.is_date32(arrow_type):
+        return datetime.date.fromisoformat(value) if isinstance(value, str) else value
+    if pa.types.is_decimal(arrow_type):
+        return decimal.Decimal(str(value))
+    return value
+
+
 def first_key_range(rows, keys: list[str]) -> KeyRange | None:
-    """The smallest and largest value of ``rows``'s (a pyarrow Table) first key column, when it is an integer or
-    a string; None otherwise. Rows of equal keys have equal first columns, so it bounds a composite key's too."""
+    """The smallest and largest value of ``rows``'s (a pyarrow Table) first key column, when it is of an
+    ``orderable_key`` type; None otherwise. Rows of equal keys have equal first columns, so it bounds a composite key's too."""
     import pyarrow.compute as pc
 
     if not keys or not rows.num_rows or not orderable_key(rows.schema.field(keys[0]).type):
@@ -832,10 +867,12 @@ class DeltaSink(FileSink):
                 custom_metadata={"airflow_cdc": what},
                 app_transactions=[Transaction(app[0], app[1])] if app is not None else None)
             on = [f"t.{ident(k)} = s.{ident(k)}" for k in keys]
+            schema = self._arrow_schema(dt)
             if key_range is not None:
-                on += [f"t.{ident(keys[0])} >= {key_literal(key_range[0])}",
-                       f"t.{ident(keys[0])} <= {key_literal(key_range[1])}"]
-            merger = dt.merge(source(self._arrow_schema(dt)), " AND ".join(on), source_alias="s", target_alias="t",
+                key_type = schema.field(keys[0]).type
+                on += [f"t.{ident(keys[0])} >= {key_literal(key_range[0], key_type)}",
+                       f"t.{ident(keys[0])} <= {key_literal(key_range[1], key_type)}"]
+            merger = dt.merge(source(schema), " AND ".join(on), source_alias="s", target_alias="t",
                               commit_properties=props)
             newer = older_than("t", "s")
             if snapshot and take_over:  # a snapshot row of the live row's version (the same state) takes it over

@@ -5,7 +5,8 @@ of the table's files they replace.
 An append writes each key it holds without looking at the table, so it is correct only when the table holds no
 row, live or tombstone, of any key of the window, and nothing can commit one between that check and the append.
 The check: every file of the table version read must be disjoint from the window's key range by its statistics
-(the smallest and largest value of an integer or string key column, strings in the order of their bytes; a file
+(the smallest and largest value of a key column of an integer, string, date or decimal type, strings in the
+order of their bytes, decimals only of the precisions every writer states exactly; a file
 without them may hold anything), or hold rows of other chunks of the window's epoch only (``OwnChunks``), or the
 table has no file at all. The commit is made on exactly that version (``max_commit_retries=0``): delta-rs
 rebases a blind append over concurrent commits without looking at them, so with retries a stream batch or a
@@ -24,7 +25,7 @@ newer than the window's. What stays a MERGE (``DeltaSink``): windows with
 retried chunks that a file of the table may hold rows of (an earlier attempt committed some of their keys, and
 its rows the new one lacks must become tombstones; ``may_hold_values``), tables a TRUNCATE or DROP emptied (the
 insert guard), a window holding a key the stream wrote after the window began, and every window of a table
-without an integer or string key column once the table has a file of others than the epoch's other chunks (a
+without such a key column once the table has a file of others than the epoch's other chunks (a
 re-snapshot's; one after the stream wrote). A re-snapshot's window over keys no file covers appends: nothing of
 the table, and nothing committed meanwhile, holds them.
 
@@ -328,21 +329,23 @@ def write_data_files_here(staged: list[str], storage_uri: str, table_dir: str, s
 
 
 def window_ranges(files: list[DataFile], key_columns: list[str], schema) -> dict[str, tuple[Any, Any]]:
-    """The smallest and largest value of each integer or string key column (``orderable_key``) over the window's
-    files (of those the table keeps statistics of; none: ``may_overlap`` takes any file of the table to overlap).
-    Strings in the order of their bytes, whatever the source's collation: ranges disjoint in that order share no
-    key of equal bytes, which is how the table's MERGEs match keys. Statistics delta-rs truncates (strings
-    beyond 64 characters) still bound the column: a shorter minimum, a larger maximum."""
-    from airflow_cdc_provider.sinks.delta import orderable_key
+    """The smallest and largest value of each key column of an ``orderable_key`` type over the window's files (of
+    those the table keeps statistics of; none: ``may_overlap`` takes any file of the table to overlap), as the
+    table's add actions state them (``stated_key``). Strings in the order of their bytes, whatever the source's
+    collation: ranges disjoint in that order share no key of equal bytes, which is how the table's MERGEs match
+    keys. Statistics delta-rs truncates (strings beyond 64 characters) still bound the column: a shorter minimum,
+    a larger maximum."""
+    from airflow_cdc_provider.sinks.delta import orderable_key, stated_key
 
     out: dict[str, tuple[Any, Any]] = {}
     for column in key_columns:
-        if not orderable_key(schema.field(column).type):
+        kind = schema.field(column).type
+        if not orderable_key(kind):
             continue
         ranges = [f.key_range(column) for f in files]
         if any(r is None for r in ranges):  # not a statistics column of the table: no range to tell apart by
             continue
-        out[column] = (min(r[0] for r in ranges), max(r[1] for r in ranges))
+        out[column] = (min(stated_key(r[0], kind) for r in ranges), max(stated_key(r[1], kind) for r in ranges))
     return out
 
 

@@ -1,21 +1,31 @@
 """Snapshot windows of tables whose key no integer column leads, through the real jobs into the delta sink. Once
 the table has files, a window is appended when no file may hold one of its keys: by the files' statistics of a
-string key (in the order of its bytes), or because each row of a file is of another chunk of the same epoch
-(whatever the key's type). A window whose byte range other files overlap replaces them, carrying their other
-rows over. Neither passes its rows through a MERGE on the driver. Each time the table equals MariaDB row by
+string (in the order of its bytes), date or decimal key, or because each row of a file is of another chunk of
+the same epoch (whatever the key's type). A window whose range other files overlap replaces them, carrying their
+other rows over. Neither passes its rows through a MERGE on the driver. Each time the table equals MariaDB row by
 row."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import deltalake
+
 from .cdc_helpers import Pipeline, delta_sink
-from .test_delta_sink import assert_delta_equals_source, table_uri, window_commits
+from .test_delta_sink import assert_delta_equals_source, merge_predicates, table_uri, window_commits
 
 
 def how_windows_landed(uri: str, epoch: int) -> list[str]:
     """How each window of snapshot ``epoch`` was committed ("append", "replace" or "MERGE"), oldest first."""
     return [how for what, how in window_commits(uri) if what.startswith(f"snapshot epoch {epoch} ")]
+
+
+def assert_merges_bounded(uris: dict[str, str], since: dict[str, int]) -> None:
+    """The stream's MERGEs into ``readings`` and ``ledger`` since the given versions were bounded by their key's
+    range, as literals of its type."""
+    for t, key, typed in (("readings", "day", "date"), ("ledger", "entry", "decimal(18, 0)")):
+        stream = merge_predicates(uris[t], since[t])
+        assert stream and all(f" AND t.{key} >= '" in on and on.endswith(f"'::{typed}") for _, on in stream), stream
 
 
 def snapshot_in_two_tasks(p: Pipeline) -> int:
@@ -32,12 +42,13 @@ def snapshot_in_two_tasks(p: Pipeline) -> int:
     return chunks[0].epoch
 
 
-def test_string_and_date_keyed_windows_append_or_replace_files_rather_than_merge(source_db, tmp_path):
+def test_string_date_and_decimal_keyed_windows_append_or_replace_files_rather_than_merge(source_db, tmp_path):
     """``sessions``: UUID keys. ``codes``: keys whose case alternates under a case-insensitive collation, which
     the chunks split in the collation's order, so the second window's keys span the first's in byte order.
-    ``readings``: a DATE key. The second task's window of each appends onto the first's files, which are of other
-    chunks of the epoch. A re-snapshot after changes the stream has partly seen replaces the earlier epoch's
-    files window by window where a string key bounds them (the DATE-keyed table's windows MERGE)."""
+    ``readings``: a DATE key; ``ledger``: a DECIMAL key without a fraction, of negative and positive values
+    (whose statistics are text, compared as numbers). The second task's window of each appends onto the first's files, which are of other chunks of the
+    epoch. The stream's MERGEs are bounded by the key's range. A re-snapshot after changes the stream has partly
+    seen replaces the earlier epoch's files window by window."""
     db = source_db
     db.execute("CREATE TABLE sessions (id CHAR(36) NOT NULL PRIMARY KEY, v INT NOT NULL, note VARCHAR(20))")
     db.execute("INSERT INTO sessions SELECT UUID(), seq, 'init' FROM seq_1_to_1200")
@@ -46,7 +57,9 @@ def test_string_and_date_keyed_windows_append_or_replace_files_rather_than_merge
     db.execute("INSERT INTO codes SELECT CONCAT(IF(seq % 2, 'K', 'k'), LPAD(seq, 5, '0')), seq FROM seq_1_to_1200")
     db.execute("CREATE TABLE readings (day DATE NOT NULL PRIMARY KEY, v INT NOT NULL)")
     db.execute("INSERT INTO readings SELECT '2020-01-01' + INTERVAL seq DAY, seq FROM seq_1_to_1200")
-    tables = ["sessions", "codes", "readings"]
+    db.execute("CREATE TABLE ledger (entry DECIMAL(18, 0) NOT NULL PRIMARY KEY, v INT NOT NULL)")
+    db.execute("INSERT INTO ledger SELECT (CAST(seq AS SIGNED) - 600) * 1000000000003, seq FROM seq_1_to_1200")
+    tables = ["sessions", "codes", "readings", "ledger"]
     p = Pipeline(db, tmp_path, delta_sink(tmp_path), tables, chunk_size=300)
     epoch = snapshot_in_two_tasks(p)
     uris = {t: table_uri(p, db, t) for t in tables}
@@ -59,27 +72,37 @@ def test_string_and_date_keyed_windows_append_or_replace_files_rather_than_merge
     db.execute("DELETE FROM codes WHERE v % 7 = 0")
     db.execute("UPDATE codes SET code = UPPER(code) WHERE v BETWEEN 100 AND 120")  # the same key in other bytes
     db.execute("UPDATE readings SET v = -v WHERE v % 4 = 0")
+    db.execute("UPDATE ledger SET v = -v WHERE v % 6 = 0")
+    db.execute("DELETE FROM ledger WHERE v BETWEEN 590 AND 610")
+    versions = {t: deltalake.DeltaTable(uris[t]).version() for t in ("readings", "ledger")}
     p.stream()
     for t in tables:
         assert_delta_equals_source(p, db, t)
+    assert_merges_bounded(uris, versions)
 
     # changes the stream has not read when the re-snapshot reads the tables: the finished epoch makes the deleted
     # keys tombstones, and the stream applies the rest on top
     db.execute("DELETE FROM sessions WHERE v BETWEEN 300 AND 400")
     db.execute("UPDATE codes SET v = v + 10000 WHERE v % 3 = 0")
     db.execute("DELETE FROM readings WHERE v BETWEEN 500 AND 510")
+    db.execute("UPDATE ledger SET v = v + 10000 WHERE v % 5 = 0")
     q = Pipeline(db, tmp_path, delta_sink(tmp_path), tables, chunk_size=300)
     again = snapshot_in_two_tasks(q)
     for t in tables:
         assert_delta_equals_source(p, db, t)
     assert how_windows_landed(uris["sessions"], again) == ["replace", "replace"], window_commits(uris["sessions"])
     assert how_windows_landed(uris["codes"], again) == ["replace", "replace"], window_commits(uris["codes"])
-    assert how_windows_landed(uris["readings"], again) == ["MERGE", "MERGE"], window_commits(uris["readings"])
+    for t in ("readings", "ledger"):
+        assert how_windows_landed(uris[t], again) == ["replace", "replace"], window_commits(uris[t])
     db.execute("INSERT INTO codes VALUES ('k99999', 1)")
     db.execute("INSERT INTO readings VALUES ('1999-12-31', 0)")
-    p.stream()
+    db.execute("INSERT INTO ledger VALUES (-999999999999999999, 0), (999999999999999999, 0)")
+    db.execute("UPDATE readings SET v = v + 1 WHERE v BETWEEN 700 AND 720")
+    versions = {t: deltalake.DeltaTable(uris[t]).version() for t in ("readings", "ledger")}
+    p.stream(driver_batch_bytes=64 * 2**20)  # batches the driver reads and MERGEs from memory
     for t in tables:
         assert_delta_equals_source(p, db, t)
+    assert_merges_bounded(uris, versions)
 
 
 def test_a_key_collation_changed_after_the_plan_refuses_the_snapshot_until_planned_again(source_db, tmp_path):
