@@ -386,8 +386,8 @@ def unordered_key_refusal(dt, schema, key_columns, own) -> str | None:
 
     if any(orderable_key(schema.field(k).type) for k in key_columns) or not may_overlap(dt, {}, own):
         return None
-    return ("the table has rows of others than the epoch's other chunks, and no key column of an integer, string, "
-            "date or decimal type its statistics state exactly to tell their ranges apart")
+    return ("the table has rows of others than the epoch's other chunks, and no integer, string, date or "
+            "decimal (without a fraction) key column to tell their ranges apart")
 
 
 def may_hold_chunks(dt, epoch: int, indexes) -> bool:
@@ -489,7 +489,8 @@ def stated_key(value, arrow_type):
 
 def first_key_range(rows, keys: list[str]) -> KeyRange | None:
     """The smallest and largest value of ``rows``'s (a pyarrow Table) first key column, when it is of an
-    ``orderable_key`` type; None otherwise. Rows of equal keys have equal first columns, so it bounds a composite key's too."""
+    ``orderable_key`` type; None otherwise. Rows of equal keys have equal first columns, so it bounds a
+    composite key's too."""
     import pyarrow.compute as pc
 
     if not keys or not rows.num_rows or not orderable_key(rows.schema.field(keys[0]).type):

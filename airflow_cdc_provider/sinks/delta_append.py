@@ -5,10 +5,9 @@ of the table's files they replace.
 An append writes each key it holds without looking at the table, so it is correct only when the table holds no
 row, live or tombstone, of any key of the window, and nothing can commit one between that check and the append.
 The check: every file of the table version read must be disjoint from the window's key range by its statistics
-(the smallest and largest value of a key column of an integer, string, date or decimal type, strings in the
-order of their bytes, decimals only of the precisions every writer states exactly; a file
-without them may hold anything), or hold rows of other chunks of the window's epoch only (``OwnChunks``), or the
-table has no file at all. The commit is made on exactly that version (``max_commit_retries=0``): delta-rs
+(the smallest and largest value of a key column of an ``orderable_key`` type: an integer, string, date or
+decimal without a fraction, strings in the order of their bytes; a file without them may hold anything), or
+hold rows of other chunks of the window's epoch only (``OwnChunks``), or the table has no file at all. The commit is made on exactly that version (``max_commit_retries=0``): delta-rs
 rebases a blind append over concurrent commits without looking at them, so with retries a stream batch or a
 retried chunk committed meanwhile would be passed over; without, any commit after the checked version makes the
 append fail, and the next attempt checks the new version. Parallel snapshot tasks (disjoint key ranges) thus
