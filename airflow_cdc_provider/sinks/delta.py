@@ -145,8 +145,10 @@ def unsafe_stats_columns(schema) -> list[str]:
     """Columns whose min and max some writer of the table's files states wrongly, so a filter on them may skip a
     file holding a match: decimals delta-rs's own writer (MERGE, update, compaction) bounds through a float
     (scale > 0, more than 15 digits) or an int64 (scale 0, more than 18 digits: BIGINT UNSIGNED, wide DECIMALs),
-    and floats, whose NaN a Parquet writer may leave out of a footer's min and max (readers order NaN
-    differently, so no min or max is right for all of them)."""
+    decimals of more than 5 decimal places, whose values below 1e-5 that writer states in exponent form
+    (``1e-6``), which delta-rs's pyarrow reads take as no statistics and so as all NULL, and floats, whose NaN a
+    Parquet writer may leave out of a footer's min and max (readers order NaN differently, so no min or max is
+    right for all of them)."""
     return [f.name for f in schema if not states_exactly(f.type)]
 
 
@@ -155,8 +157,8 @@ def states_exactly(arrow_type) -> bool:
     (``unsafe_stats_columns``)."""
     import pyarrow as pa
 
-    return not (pa.types.is_floating(arrow_type) or (
-        pa.types.is_decimal(arrow_type) and arrow_type.precision > (18 if arrow_type.scale == 0 else 15)))
+    return not (pa.types.is_floating(arrow_type) or (pa.types.is_decimal(arrow_type) and (
+        arrow_type.precision > (18 if arrow_type.scale == 0 else 15) or arrow_type.scale > 5)))
 
 
 def stats_property(schema, current: str | None = None) -> str | None:

@@ -465,8 +465,9 @@ def test_a_truncate_read_before_an_append_conflicts_with_it(tmp_path):
 @pytest.mark.parametrize("created", ["by the sink", "before the sink set statistics columns"])
 def test_sink_tables_leave_columns_delta_rs_misstates_out_of_statistics(tmp_path, created):
     """delta-rs's own writer (a MERGE, a compaction) states a decimal's min and max through a float or an int64,
-    which misses a row of a decimal wider than that (BIGINT UNSIGNED's max above all): the sink's tables leave
-    such columns out of statistics, from their creation, or from the next prepare of an older table (whose files'
+    which misses a row of a decimal wider than that (BIGINT UNSIGNED's max above all), and one below 1e-5 in
+    exponent form, which its pyarrow reads take as no statistics: the sink's tables leave such columns out of
+    statistics, from their creation, or from the next prepare of an older table (whose files'
     statistics of them readers then ignore), so every reader finds every row of them, before and after a
     compaction."""
     import pyarrow.parquet as pq
@@ -483,10 +484,11 @@ def test_sink_tables_leave_columns_delta_rs_misstates_out_of_statistics(tmp_path
     types = TableSinkTypes.of(TableSchema(TableId.parse("db.t"), (
         column("id", "int"), column("u", "bigint", "bigint(20) unsigned"),
         column("wide", "decimal", "decimal(30,10)", 30, 10), column("money", "decimal", "decimal(12,2)", 12, 2),
+        column("rate", "decimal", "decimal(12,5)", 12, 5), column("tiny", "decimal", "decimal(12,6)", 12, 6),
         column("name", "varchar")), ("id",), ("id",)))
     sink = DeltaSink(SinkConfig(type="delta", path=str(tmp_path / "delta")), {})
     uri = sink.layout.table_uri("db.t")
-    assert unsafe_stats_columns(table_schema(types)) == ["u", "wide"]
+    assert unsafe_stats_columns(table_schema(types)) == ["u", "wide", "tiny"]
     assert unsafe_stats_columns(pa.schema([("x", pa.float32()), ("n", pa.int64()), ("y", pa.float64())])) == \
         ["x", "y"], "a float's NaN a Parquet footer may leave out of its min and max"
     wide = pa.schema([*(pa.field(f"c{i}", pa.int32()) for i in range(40)), pa.field("f", pa.float64()),
@@ -504,11 +506,14 @@ def test_sink_tables_leave_columns_delta_rs_misstates_out_of_statistics(tmp_path
         DeltaTable.create(uri, table_schema(types), configuration={"delta.enableChangeDataFeed": "true"})
 
     top, wide = Decimal("18446744073709551615"), Decimal("12345678901234567890.1234567891")
-    rows = [{"id": i, "u": Decimal(i), "wide": Decimal(i), "money": Decimal(i), "name": f"n{i}"} for i in range(4)]
-    rows[1].update(u=top, wide=wide, money=Decimal("9999999999.99"))
-    rows[2].update(u=Decimal("9223372036854775808"), wide=-wide)
+    rows = [{"id": i, "u": Decimal(i), "wide": Decimal(i), "money": Decimal(i), "rate": Decimal(i),
+             "tiny": Decimal(i), "name": f"n{i}"} for i in range(4)]
+    rows[1].update(u=top, wide=wide, money=Decimal("9999999999.99"), rate=Decimal("0.00001"),
+                   tiny=Decimal("-0.000001"))
+    rows[2].update(u=Decimal("9223372036854775808"), wide=-wide, tiny=Decimal("0.000009"))
     data = pa.schema([("id", pa.int32()), ("u", pa.decimal128(20, 0)), ("wide", pa.decimal128(30, 10)),
-                      ("money", pa.decimal128(12, 2)), ("name", pa.string())])
+                      ("money", pa.decimal128(12, 2)), ("rate", pa.decimal128(12, 5)), ("tiny", pa.decimal128(12, 6)),
+                      ("name", pa.string())])
     meta = [("_cdc_op", pa.string()), ("_cdc_ts_ms", pa.int64()), ("_cdc_file_seq", pa.int64()),
             ("_cdc_pos", pa.int64()), ("_cdc_row", pa.int32()), ("_cdc_deleted", pa.bool_()),
             ("_cdc_chunk", pa.string())]
@@ -522,7 +527,8 @@ def test_sink_tables_leave_columns_delta_rs_misstates_out_of_statistics(tmp_path
         sink.commit_changes(types, staged, ("airflow-cdc:db.t:stream:q", batch_id))
 
     sink.prepare(types, evolve=True)  # a later snapshot's (the first one's, for an older table)
-    assert "u" not in stats_columns(DeltaTable(uri)) and "money" in stats_columns(DeltaTable(uri))
+    assert {"u", "tiny"}.isdisjoint(stats_columns(DeltaTable(uri))) and \
+        {"money", "rate"} <= set(stats_columns(DeltaTable(uri)))
     version = DeltaTable(uri).version()
     sink.prepare(types)
     assert DeltaTable(uri).version() == version, "a prepare of a table as wanted commits nothing"
@@ -531,10 +537,12 @@ def test_sink_tables_leave_columns_delta_rs_misstates_out_of_statistics(tmp_path
             DeltaTable(uri).optimize.compact()
         # readers take a file's statistics of the table's statistics columns only (an older file's too)
         live = pa.table(DeltaTable(uri).get_add_actions(flatten=True)).to_pylist()
-        assert live and all("max.u" not in a and "max.wide" not in a and a["max.money"] is not None for a in live)
+        assert live and all("max.u" not in a and "max.wide" not in a and "max.tiny" not in a
+                            and a["max.money"] is not None and a["min.rate"] is not None for a in live)
         every = readers(uri, table_schema_of(uri))
         for c, value in (("u", top), ("u", Decimal("9223372036854775808")), ("wide", wide), ("wide", -wide),
-                         ("money", Decimal("9999999999.99"))):
+                         ("money", Decimal("9999999999.99")), ("rate", Decimal("0.00001")),
+                         ("tiny", Decimal("-0.000001")), ("tiny", Decimal("0.000009"))):
             want = sorted(r["id"] for r in rows if r[c] == value)
             for name, read in every.items():
                 assert sorted(read(c, "=", value)) == want, f"{when}: {name}: {c} = {value} missed a row"
