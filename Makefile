@@ -10,12 +10,13 @@ APT_PACKAGES := mariadb-server mariadb-client default-jre-headless libmariadb-ja
 DEPS_STAMP := $(VENV)/.deps-$(shell cat setup.cfg requirements/constraints.txt | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: help system-deps deps test test-fast demo bench soak clean
+.PHONY: help system-deps deps test test-fast test-component demo bench soak clean
 
 help:
 	@echo "make demo   - run the example pipeline end to end on the embedded defaults (SINK=delta: into Delta Lake)"
 	@echo "make test   - install what is missing, then run the whole test suite"
 	@echo "make test-fast - the unit tier only: no services, under a minute"
+	@echo "make test-component - the unit and component tiers: private MariaDB and PostgreSQL, in-process Spark"
 	@echo "make soak   - the load and fault scenarios at soak sizes (1M-row sysbench load, ...); prints a table"
 	@echo "make bench  - performance scenarios vs the baselines, measured in the same run (BENCH_ARGS=--help)"
 
@@ -44,11 +45,17 @@ deps: system-deps $(DEPS_STAMP)
 # on JVM starts, Airflow's loops and streams. TEST_WORKERS=0 runs them in this process, one after the other.
 TEST_WORKERS ?= 2
 
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
+
 test: deps
-	$(PY) -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder) $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 test-fast: deps
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+# the unit and component tiers: the private MariaDB and PostgreSQL, in-process Spark; no spark-submit, no DAG run
+test-component: deps
+	$(PY) -m pytest $(XDIST) tests/unit tests/component $(PYTEST_ARGS)
 
 SINK ?= parquet
 
