@@ -152,13 +152,13 @@ def wait_until(condition, what: str, timeout: float = 120.0, interval: float = 0
         time.sleep(interval)
 
 
-def paused_snapshot(p: Pipeline, chunks, marker: Path, commit, hold: bool = False) -> None:
-    """Snapshot ``chunks`` in one job whose window pauses after its SELECT; ``commit()`` runs inside the pause:
-    8 s of it, or with ``hold`` until ``commit()`` returns (for a commit that runs a job of its own)."""
+def paused_snapshot(p: Pipeline, chunks, marker: Path, commit, match: str | None = None) -> None:
+    """Snapshot ``chunks`` in one job whose window (the first, or the chunk whose id ``match`` names) pauses after
+    its SELECT; ``commit()`` runs inside the pause, which ends as soon as ``commit()`` returns."""
     release = marker.with_name(marker.name + ".release")
-    fault = {"point": "after_select", "action": "pause", "seconds": 300 if hold else 8, "once": str(marker)}
-    if hold:
-        fault["until"] = str(release)
+    fault = {"point": "after_select", "action": "pause", "seconds": 600, "once": str(marker), "until": str(release)}
+    if match is not None:
+        fault["match"] = match
     job = threading.Thread(target=lambda: p.snapshot(chunks, fault=fault), daemon=True)
     job.start()
     wait_until(marker.exists, "the window to pause after its SELECT", 300)
@@ -166,7 +166,7 @@ def paused_snapshot(p: Pipeline, chunks, marker: Path, commit, hold: bool = Fals
         commit()
     finally:
         release.touch()
-    job.join(300)
+    job.join(600)
     assert not job.is_alive()
 
 

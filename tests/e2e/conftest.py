@@ -1,16 +1,29 @@
 """Fixtures of the end-to-end tier: Spark sessions, Airflow homes, the soak scenario report."""
 
 import os
+import shutil
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from airflow_cdc_provider.testing.airflow_run import airflow_env, install_dag_files, migrate
 
 
+@pytest.fixture(scope="session")
+def migrated_airflow_db(tmp_path_factory) -> Path:
+    """An Airflow metadata DB (SQLite) as ``airflow db migrate`` leaves it, made once per worker; each Airflow
+    home starts from a copy of it. Only the DB: ``airflow.cfg`` names its home's paths, so each home writes its own."""
+    base = tmp_path_factory.mktemp("airflow-db")
+    (base / "dags").mkdir()
+    (base / "pipelines").mkdir()
+    migrate(airflow_env(base / "home", base / "dags", base / "pipelines"))
+    return base / "home" / "airflow.db"
+
+
 @pytest.fixture
-def airflow_home(tmp_path, source_db):
+def airflow_home(tmp_path, source_db, migrated_airflow_db):
     """An Airflow home with the pipeline loader DAG file, a pipelines folder and a migrated SQLite DB."""
     dags, pipelines = tmp_path / "dags", tmp_path / "pipelines"
     dags.mkdir()
@@ -18,7 +31,8 @@ def airflow_home(tmp_path, source_db):
     install_dag_files(dags)
     env = airflow_env(tmp_path / "airflow", dags, pipelines,
                       {"AIRFLOW_CONN_SRC": source_db.server.connection_uri(), "AIRFLOW_CDC_DATA": str(tmp_path / "cdc")})
-    migrate(env)
+    (tmp_path / "airflow").mkdir()
+    shutil.copyfile(migrated_airflow_db, tmp_path / "airflow" / "airflow.db")
     return env, dags, pipelines
 
 

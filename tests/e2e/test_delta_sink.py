@@ -401,7 +401,7 @@ def test_snapshot_stream_kill_and_resnapshot_converge(source_db, tmp_path, spark
         source_db.execute("UPDATE orders SET note = 'after the select' WHERE id = %s", (last,))
         p.stream()
 
-    paused_snapshot(q, again[1:], tmp_path / "paused", stream_inside_the_window, hold=True)
+    paused_snapshot(q, again[1:], tmp_path / "paused", stream_inside_the_window)
     q.collect()
     assert_delta_equals_source(p, source_db, "orders")
     # the first window's data files took the place of the table's files that may hold its keys, in one commit

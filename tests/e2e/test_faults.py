@@ -19,6 +19,7 @@ from .cdc_helpers import (
     Pipeline,
     jdbc_sink,
     parquet_sink,
+    paused_snapshot,
     rows_emitted,
     sink_rows,
     source_rows,
@@ -174,20 +175,16 @@ def test_large_transaction_inside_a_chunk_window(source_db, tmp_path, spark, ser
     source_db.execute(f"INSERT INTO orders SELECT seq, seq, 'init' FROM seq_1_to_{n}")
     p = Pipeline(source_db, tmp_path, parquet_sink(tmp_path), ["orders"], chunk_size=n // 2)
     chunks = p.plan()
-    marker = tmp_path / "window-open"
-    fault = {"point": "after_select", "action": "pause", "seconds": 20, "match": ":0", "once": str(marker)}
-    job = threading.Thread(target=lambda: p.snapshot(chunks, fault=fault), daemon=True)
-    job.start()
-    wait_until(marker.exists, "chunk 0's window to open", 300)
-    # one transaction of `big` row changes, committed while chunk 0 sits between its SELECT and its HW
-    source_db.app.begin()
-    source_db.execute(f"UPDATE orders SET v = v + 1, note = 'big txn' WHERE id <= {min(n, big)}")
-    if big > n:
-        source_db.execute(f"INSERT INTO orders SELECT seq, seq, 'big txn' FROM seq_{n + 1}_to_{big}")
-    source_db.execute("DELETE FROM orders WHERE id <= 10")
-    source_db.app.commit()
-    job.join(600)
-    assert not job.is_alive()
+
+    def big_transaction():  # `big` row changes in one transaction, committed while chunk 0 sits between its SELECT and its HW
+        source_db.app.begin()
+        source_db.execute(f"UPDATE orders SET v = v + 1, note = 'big txn' WHERE id <= {min(n, big)}")
+        if big > n:
+            source_db.execute(f"INSERT INTO orders SELECT seq, seq, 'big txn' FROM seq_{n + 1}_to_{big}")
+        source_db.execute("DELETE FROM orders WHERE id <= 10")
+        source_db.app.commit()
+
+    paused_snapshot(p, chunks, tmp_path / "window-open", big_transaction, match=":0")
     seed = p.collect()
     reports = {r.split_id: r for r in p.state.finished_snapshot(source_db.table("orders")).chunks}
     assert reports[f"{source_db.table('orders')}:0"].window_events_applied >= n // 4
