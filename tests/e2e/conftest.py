@@ -14,7 +14,8 @@ from airflow_cdc_provider.testing.airflow_run import airflow_env, install_dag_fi
 @pytest.fixture(scope="session")
 def migrated_airflow_db(tmp_path_factory) -> Path:
     """An Airflow metadata DB (SQLite) as ``airflow db migrate`` leaves it, made once per worker; each Airflow
-    home starts from a copy of it. Only the DB: ``airflow.cfg`` names its home's paths, so each home writes its own."""
+    home starts from a copy of it. Only the DB: ``airflow.cfg`` names its home's paths, so each home writes
+    its own."""
     base = tmp_path_factory.mktemp("airflow-db")
     (base / "dags").mkdir()
     (base / "pipelines").mkdir()

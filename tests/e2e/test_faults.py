@@ -176,7 +176,8 @@ def test_large_transaction_inside_a_chunk_window(source_db, tmp_path, spark, ser
     p = Pipeline(source_db, tmp_path, parquet_sink(tmp_path), ["orders"], chunk_size=n // 2)
     chunks = p.plan()
 
-    def big_transaction():  # `big` row changes in one transaction, committed while chunk 0 sits between its SELECT and its HW
+    def big_transaction():
+        """`big` row changes in one transaction, committed while chunk 0 sits between its SELECT and its HW."""
         source_db.app.begin()
         source_db.execute(f"UPDATE orders SET v = v + 1, note = 'big txn' WHERE id <= {min(n, big)}")
         if big > n:
