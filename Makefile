@@ -53,7 +53,7 @@ test: deps
 test-fast: deps
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-# the unit and component tiers: the private MariaDB and PostgreSQL, in-process Spark; no spark-submit, no DAG run
+# the unit and component tiers: the private MariaDB, PostgreSQL and moto S3 server, in-process Spark; no DAG run
 test-component: deps
 	$(PY) -m pytest $(XDIST) tests/unit tests/component $(PYTEST_ARGS)
 
