@@ -77,13 +77,14 @@ class EmitFilter:
 
 def table_split_info(ranges: Sequence[ChunkRange], key_order: KeyOrder = natural_order) -> TableSplitInfo:
     """One table's infos from its chunk ranges (a report's ``range``, or the seed's compact ones). The ranges
-    must cover the table contiguously, from ``start=None`` to ``end=None``."""
+    must cover the table contiguously, from ``start=None`` to ``end=None``. They are taken in chunk order, which
+    the plan numbered in the key's order: checking that each ends where the next starts needs no key compared
+    in the collation's order (``key_order`` may be Python's, as when the snapshot is collected)."""
     if not ranges:
         raise ValueError("no chunk reports given")
-    firsts = [r for r in ranges if r.start is None]
-    if len(firsts) != 1:
+    ordered = sorted(ranges, key=lambda r: r.index)
+    if ordered[0].start is not None or any(r.start is None for r in ordered[1:]):
         raise ValueError(f"chunk reports of {ranges[0].table} must contain exactly one first chunk")
-    ordered = firsts + sorted((r for r in ranges if r.start is not None), key=lambda r: key_order(r.start))
     for prev, cur in zip(ordered, ordered[1:]):
         if prev.end is None or key_order(prev.end) != key_order(cur.start):
             raise ValueError(

@@ -426,48 +426,6 @@ def merge_predicates(uri: str, since: int) -> list[tuple[str, str]]:
             for c in reversed(deltalake.DeltaTable(uri).history()) if c["version"] > since and c["operation"] == "MERGE"]
 
 
-def test_a_key_led_by_a_string_bounds_every_merge_by_that_column(source_db, tmp_path):
-    """A table keyed by two strings: its stream batches MERGE bounded by the rows' range of the first, which
-    delta-rs's SQL reads as the statistics and pyarrow order it (quotes, backslashes and letters beyond ASCII
-    included), through a first snapshot, the stream (executor and driver batches) and a re-snapshot after
-    deletes, whose window replaces the table's files; each time the table equals MariaDB row by row."""
-    db = source_db
-    db.execute("CREATE TABLE accounts (region VARCHAR(20) NOT NULL, code VARCHAR(20) NOT NULL, id INT NOT NULL, "
-               "v INT, note VARCHAR(20), PRIMARY KEY (region, code))")
-    db.execute(r"INSERT INTO accounts SELECT ELT(1 + seq % 5, 'eu', 'us', 'ap''s', 'zürich', 'a\\b'), "
-               "CONCAT('c', seq), seq, seq, 'init' FROM seq_1_to_2000")
-    p = Pipeline(db, tmp_path, delta_sink(tmp_path), ["accounts"], chunk_size=500)
-    p.snapshot(p.plan())
-    p.collect()
-    assert_delta_equals_source(p, db, "accounts")
-    uri = table_uri(p, db, "accounts")
-    version = deltalake.DeltaTable(uri).version()
-
-    db.execute("UPDATE accounts SET v = v + 1 WHERE id % 7 = 0")
-    db.execute("DELETE FROM accounts WHERE region = 'ap''s' AND id < 300")
-    db.execute("INSERT INTO accounts VALUES ('aa''', 'c1', 1, 1, 'new'), ('über', 'c2', 2, 2, 'new')")
-    p.stream()  # executor batches
-    db.execute("UPDATE accounts SET note = 'driver' WHERE region = 'zürich' AND id < 100")
-    p.stream(driver_batch_bytes=64 * 2**20)
-    assert_delta_equals_source(p, db, "accounts")
-    stream = merge_predicates(uri, version)
-    assert stream and all(" AND t.region >= " in on for _, on in stream), stream
-
-    # a re-snapshot after deletes the stream has not seen: its window replaces the table's files, which its
-    # regions' byte range overlaps (the deleted keys carried over, which the finished epoch makes tombstones)
-    db.execute("DELETE FROM accounts WHERE id BETWEEN 1000 AND 1200")
-    db.execute("UPDATE accounts SET note = 'resnap' WHERE id BETWEEN 1500 AND 1510")
-    q = Pipeline(db, tmp_path, delta_sink(tmp_path), ["accounts"], chunk_size=500)
-    chunks = q.plan()
-    q.snapshot(chunks)
-    q.collect()
-    assert_delta_equals_source(p, db, "accounts")
-    windows = [how for what, how in window_commits(uri) if what.startswith(f"snapshot epoch {chunks[0].epoch} ")]
-    assert windows == ["replace"], window_commits(uri)
-    p.stream()
-    assert_delta_equals_source(p, db, "accounts")
-
-
 def test_truncate_an_alter_in_place_and_one_by_resnapshot(source_db, tmp_path, spark):
     db = source_db
     db.execute("CREATE TABLE t (id INT PRIMARY KEY, name VARCHAR(20) NOT NULL, qty INT)")

@@ -21,11 +21,13 @@ def how_windows_landed(uri: str, epoch: int) -> list[str]:
 
 
 def assert_merges_bounded(uris: dict[str, str], since: dict[str, int]) -> None:
-    """The stream's MERGEs into ``readings`` and ``ledger`` since the given versions were bounded by their key's
-    range, as literals of its type."""
+    """The stream's MERGEs into ``readings``, ``ledger`` and ``accounts`` since the given versions were bounded by
+    their first key column's range, as literals of its type."""
     for t, key, typed in (("readings", "day", "date"), ("ledger", "entry", "decimal(18, 0)")):
         stream = merge_predicates(uris[t], since[t])
         assert stream and all(f" AND t.{key} >= '" in on and on.endswith(f"'::{typed}") for _, on in stream), stream
+    stream = merge_predicates(uris["accounts"], since["accounts"])
+    assert stream and all(" AND t.region >= " in on for _, on in stream), stream
 
 
 def snapshot_in_two_tasks(p: Pipeline) -> int:
@@ -46,9 +48,11 @@ def test_string_date_and_decimal_keyed_windows_append_or_replace_files_rather_th
     """``sessions``: UUID keys. ``codes``: keys whose case alternates under a case-insensitive collation, which
     the chunks split in the collation's order, so the second window's keys span the first's in byte order.
     ``readings``: a DATE key; ``ledger``: a DECIMAL key without a fraction, of negative and positive values
-    (whose statistics are text, compared as numbers). The second task's window of each appends onto the first's files, which are of other chunks of the
-    epoch. The stream's MERGEs are bounded by the key's range. A re-snapshot after changes the stream has partly
-    seen replaces the earlier epoch's files window by window."""
+    (whose statistics are text, compared as numbers); ``accounts``: a key of two strings, the first holding
+    quotes, a backslash and letters beyond ASCII (delta-rs's SQL reads it as the statistics and pyarrow order
+    it). The second task's window of each appends onto the first's files, which are of other chunks of the
+    epoch. The stream's MERGEs (executor and driver batches) are bounded by the first key column's range. A
+    re-snapshot after changes the stream has partly seen replaces the earlier epoch's files window by window."""
     db = source_db
     db.execute("CREATE TABLE sessions (id CHAR(36) NOT NULL PRIMARY KEY, v INT NOT NULL, note VARCHAR(20))")
     db.execute("INSERT INTO sessions SELECT UUID(), seq, 'init' FROM seq_1_to_1200")
@@ -59,7 +63,11 @@ def test_string_date_and_decimal_keyed_windows_append_or_replace_files_rather_th
     db.execute("INSERT INTO readings SELECT '2020-01-01' + INTERVAL seq DAY, seq FROM seq_1_to_1200")
     db.execute("CREATE TABLE ledger (entry DECIMAL(18, 0) NOT NULL PRIMARY KEY, v INT NOT NULL)")
     db.execute("INSERT INTO ledger SELECT (CAST(seq AS SIGNED) - 600) * 1000000000003, seq FROM seq_1_to_1200")
-    tables = ["sessions", "codes", "readings", "ledger"]
+    db.execute("CREATE TABLE accounts (region VARCHAR(20) NOT NULL, code VARCHAR(20) NOT NULL, id INT NOT NULL, "
+               "v INT, note VARCHAR(20), PRIMARY KEY (region, code))")
+    db.execute(r"INSERT INTO accounts SELECT ELT(1 + seq % 5, 'eu', 'us', 'ap''s', 'zürich', 'a\\b'), "
+               "CONCAT('c', seq), seq, seq, 'init' FROM seq_1_to_2000")
+    tables = ["sessions", "codes", "readings", "ledger", "accounts"]
     p = Pipeline(db, tmp_path, delta_sink(tmp_path), tables, chunk_size=300)
     epoch = snapshot_in_two_tasks(p)
     uris = {t: table_uri(p, db, t) for t in tables}
@@ -74,7 +82,10 @@ def test_string_date_and_decimal_keyed_windows_append_or_replace_files_rather_th
     db.execute("UPDATE readings SET v = -v WHERE v % 4 = 0")
     db.execute("UPDATE ledger SET v = -v WHERE v % 6 = 0")
     db.execute("DELETE FROM ledger WHERE v BETWEEN 590 AND 610")
-    versions = {t: deltalake.DeltaTable(uris[t]).version() for t in ("readings", "ledger")}
+    db.execute("UPDATE accounts SET v = v + 1 WHERE id % 7 = 0")
+    db.execute("DELETE FROM accounts WHERE region = 'ap''s' AND id < 300")
+    db.execute("INSERT INTO accounts VALUES ('aa''', 'c1', 1, 1, 'new'), ('über', 'c2', 2, 2, 'new')")
+    versions = {t: deltalake.DeltaTable(uris[t]).version() for t in ("readings", "ledger", "accounts")}
     p.stream()
     for t in tables:
         assert_delta_equals_source(p, db, t)
@@ -86,19 +97,22 @@ def test_string_date_and_decimal_keyed_windows_append_or_replace_files_rather_th
     db.execute("UPDATE codes SET v = v + 10000 WHERE v % 3 = 0")
     db.execute("DELETE FROM readings WHERE v BETWEEN 500 AND 510")
     db.execute("UPDATE ledger SET v = v + 10000 WHERE v % 5 = 0")
+    db.execute("DELETE FROM accounts WHERE id BETWEEN 1000 AND 1200")
+    db.execute("UPDATE accounts SET note = 'resnap' WHERE id BETWEEN 1500 AND 1510")
     q = Pipeline(db, tmp_path, delta_sink(tmp_path), tables, chunk_size=300)
     again = snapshot_in_two_tasks(q)
     for t in tables:
         assert_delta_equals_source(p, db, t)
     assert how_windows_landed(uris["sessions"], again) == ["replace", "replace"], window_commits(uris["sessions"])
     assert how_windows_landed(uris["codes"], again) == ["replace", "replace"], window_commits(uris["codes"])
-    for t in ("readings", "ledger"):
+    for t in ("readings", "ledger", "accounts"):
         assert how_windows_landed(uris[t], again) == ["replace", "replace"], window_commits(uris[t])
     db.execute("INSERT INTO codes VALUES ('k99999', 1)")
     db.execute("INSERT INTO readings VALUES ('1999-12-31', 0)")
     db.execute("INSERT INTO ledger VALUES (-999999999999999999, 0), (999999999999999999, 0)")
     db.execute("UPDATE readings SET v = v + 1 WHERE v BETWEEN 700 AND 720")
-    versions = {t: deltalake.DeltaTable(uris[t]).version() for t in ("readings", "ledger")}
+    db.execute("UPDATE accounts SET note = 'driver' WHERE region = 'zürich' AND id < 100")
+    versions = {t: deltalake.DeltaTable(uris[t]).version() for t in ("readings", "ledger", "accounts")}
     p.stream(driver_batch_bytes=64 * 2**20)  # batches the driver reads and MERGEs from memory
     for t in tables:
         assert_delta_equals_source(p, db, t)

@@ -56,6 +56,18 @@ def test_a_missing_chunk_report_is_an_error_not_a_shifted_minimum():
         build_emit_filter(REPORTS[:2])
 
 
+def test_chunks_are_checked_in_their_order_not_in_pythons_order_of_their_string_bounds():
+    """Under utf8mb4_general_ci ``"ap's" < "a\\b"`` (p weighs as P, 0x50, below the backslash's 0x5C), in Python
+    it is the other way round: the chunks must still be found contiguous when the snapshot is collected, which
+    compares no keys in the collation's order."""
+    reports = [report(0, None, "ap's", 10), report(1, "ap's", "a\\b", 20), report(2, "a\\b", None, 30)]
+    assert len(build_emit_filter(reports)._tables[T].starts) == 2
+    with pytest.raises(ValueError, match="not contiguous"):
+        build_emit_filter([reports[0], reports[2]])
+    with pytest.raises(ValueError, match="exactly one first chunk"):
+        build_emit_filter(reports[1:])
+
+
 def test_key_order_is_used_for_lookup():
     reports = [report(0, None, "m", 10), report(1, "m", None, 20)]
     casefold = lambda key: tuple(v.lower() for v in key)  # noqa: E731 - a case-insensitive "collation"
