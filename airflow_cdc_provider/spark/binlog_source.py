@@ -199,10 +199,10 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             t = TableId.parse(name)
             if t not in self.schemas:
                 continue
-            order = self.orders[t]
+            order = self.orders[t]  # the server's order, also of keys that need no query for it (ENUMs)
             if order.needs_database:
                 order.prefetch([r.start for r in table_seed.chunks if r.start is not None])
-                orders[name] = order
+            orders[name] = order
             ranges += table_seed.chunks
         self.covered_through = covered_through(self.seed, self.schemas)
         self.filter = build_emit_filter(ranges, orders)

@@ -9,12 +9,14 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.offsets import BinlogOffset
+from airflow_cdc_provider.core.reports import ChunkRange
 from airflow_cdc_provider.pipeline.jobspec import JobSpec
 from airflow_cdc_provider.sinks.base import SinkConfig
 from airflow_cdc_provider.source.schema import load_schema
 from airflow_cdc_provider.source.server import current_offset
 from airflow_cdc_provider.source.table_versions import TableVersion
 from airflow_cdc_provider.spark.binlog_source import BinlogReader
+from airflow_cdc_provider.state.records import StreamSeed, TableSeed
 from airflow_cdc_provider.state.store import StateStore
 from airflow_cdc_provider.testing.mariadb import free_port
 
@@ -24,16 +26,20 @@ META = [StructField("table", StringType()), StructField("op", StringType()), Str
 IMAGE = StructType([StructField("id", IntegerType()), StructField("name", StringType())])
 
 
-def reader_of(source_db, tmp_path, server_id, settings=None) -> tuple[BinlogReader, str]:
-    source_db.execute("CREATE TABLE people (id INT PRIMARY KEY, name VARCHAR(20))")
-    table = source_db.table("people")
+def reader_of(source_db, tmp_path, server_id, settings=None, name="people",
+              image=IMAGE) -> tuple[BinlogReader, str]:
+    """A stream job's reader of table ``name`` (created by the caller, or ``people`` here), with the query seed
+    the state store holds when it is set up."""
+    if name == "people":
+        source_db.execute("CREATE TABLE people (id INT PRIMARY KEY, name VARCHAR(20))")
+    table = source_db.table(name)
     with source_db.connection() as conn:
         version = TableVersion(0, load_schema(conn, TableId.parse(table)))
     settings = settings or source_db.settings
     spec = JobSpec(pipeline="p", source=settings, tables={table: None}, state_path=StateStore(tmp_path / "state").uri,
                    sink=SinkConfig(type="parquet", path=str(tmp_path / "sink")), server_id=server_id)
     definitions = [{"table": table, "epoch": 0, "versions": [version.to_dict()], "sink_versions": [version.to_dict()]}]
-    schema = StructType(META + [StructField("image_0", IMAGE)])
+    schema = StructType(META + [StructField("image_0", image)])
     return BinlogReader(spec.to_json(), {"source_password": source_db.settings.password}, 1, definitions, schema), table
 
 
@@ -70,3 +76,28 @@ def test_an_unreachable_source_leaves_the_batch_to_sparks_tasks(source_db, tmp_p
     source_db.execute("INSERT INTO people VALUES (1, 'ann')")
     assert reader.read_table(start, here(source_db)) is None
     assert not reader._ready
+
+
+def test_a_change_is_told_its_chunk_by_the_servers_order_of_an_enum_key(source_db, tmp_path, server_id):
+    """An ENUM key orders by its list (``apac < Emea < latam``), in Python ``'Emea' < 'apac'``: the change of
+    ``('apac', 5)``, after its chunk's high watermark and before the next chunk's, must be emitted, not taken
+    for a row of that next chunk which its snapshot already held."""
+    source_db.execute("CREATE TABLE regions (region ENUM('apac', 'Emea', 'latam') NOT NULL, id INT NOT NULL, "
+                      "v INT, PRIMARY KEY (region, id))")
+    source_db.execute("INSERT INTO regions VALUES ('apac', 5, 0), ('Emea', 5, 0)")
+    table = source_db.table("regions")
+    early = here(source_db)
+    source_db.execute("UPDATE regions SET v = 1 WHERE id = 5")  # ('apac', 5), then ('Emea', 5)
+    late = here(source_db)
+    chunks = (ChunkRange(TableId.parse(table), 0, None, ("Emea", 1), early),
+              ChunkRange(TableId.parse(table), 1, ("Emea", 1), ("latam", 1), late),
+              ChunkRange(TableId.parse(table), 2, ("latam", 1), None, late))
+    StateStore(tmp_path / "state").write_query_seed(StreamSeed(early, {table: TableSeed(1, chunks, late)}))
+    image = StructType([StructField("region", StringType()), StructField("id", IntegerType()),
+                        StructField("v", IntegerType())])
+    reader, _ = reader_of(source_db, tmp_path, server_id, name="regions", image=image)
+    try:
+        rows = reader.read_table(early, late).to_pylist()
+    finally:
+        reader.close()
+    assert [(r["op"], r["image_0"]) for r in rows] == [("u", {"region": "apac", "id": 5, "v": 1})]
