@@ -1,10 +1,11 @@
 """Small stream batches written from the driver (``spark.driver_batches``): every type, key changes, deletes and
 a truncate into each sink, compared with the source row by row; the parquet files equal those Spark writes;
-a kill after a batch's first table and the restart."""
+a kill after a batch's first table and the restart; an ALTER applied in place inside a batch read in the driver."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -40,28 +41,39 @@ def make_tables(db, names: list[str]) -> dict[str, list[str]]:
             db.execute(f"ALTER TABLE {name} " + ", ".join(f"DROP COLUMN {c}" for c in dropped))
     if "all_types" not in names:
         db.execute("DROP TABLE all_types")
-    return {ALL: all_columns, **{n: [c for c in all_columns if c not in {"walls": WALL_CLOCKS, "stamps": INSTANTS}.get(n, ())]
-                                 for n in names}}
+    drops = {"walls": WALL_CLOCKS, "stamps": INSTANTS}
+    return {ALL: all_columns, **{n: [c for c in all_columns if c not in drops.get(n, ())] for n in names}}
 
 
-def change_rows(db, table: str, columns: dict[str, list[str]]) -> None:
+def change_rows(db, table: str, columns: dict[str, list[str]], base: int = 0) -> None:
     """Every column of every row changed (to other values, to the extremes, to NULL), a key changed, rows
-    inserted, one inserted and deleted again. ``columns``: ``make_tables``' answer."""
+    inserted, one inserted and deleted again. ``columns``: ``make_tables``' answer; ``base``: added to every id
+    (the rows 1-3 copied to ``base`` + 1-3 by ``copy_rows``)."""
     all_columns, columns = columns[ALL], columns[table]
     updated, extremes = dict(zip(all_columns, UPDATED)), dict(zip(all_columns, EXTREMES))
     set_all = f"UPDATE {table} SET " + ", ".join(f"`{c}` = %s" for c in columns[1:]) + " WHERE id = %s"
-    db.execute(set_all, (*[updated[c] for c in columns[1:]], 1))
-    db.execute(set_all, (*[extremes[c] for c in columns[1:]], 2))
-    db.execute(set_all, (*[None] * (len(columns) - 1), 3))
-    db.execute(f"UPDATE {table} SET id = 10 WHERE id = 1")
+    db.execute(set_all, (*[updated[c] for c in columns[1:]], base + 1))
+    db.execute(set_all, (*[extremes[c] for c in columns[1:]], base + 2))
+    db.execute(set_all, (*[None] * (len(columns) - 1), base + 3))
+    db.execute(f"UPDATE {table} SET id = {base + 10} WHERE id = {base + 1}")
     insert = f"INSERT INTO {table} ({', '.join(f'`{c}`' for c in columns)}) VALUES ({', '.join(['%s'] * len(columns))})"
-    db.execute(insert, (4, *[updated[c] for c in columns[1:]]))
-    db.execute(insert, (5, *[extremes[c] for c in columns[1:]]))
-    db.execute(f"DELETE FROM {table} WHERE id = 5")
+    db.execute(insert, (base + 4, *[updated[c] for c in columns[1:]]))
+    db.execute(insert, (base + 5, *[extremes[c] for c in columns[1:]]))
+    db.execute(f"DELETE FROM {table} WHERE id = {base + 5}")
+
+
+def copy_rows(db, table: str, columns: dict[str, list[str]], base: int) -> None:
+    """``table``'s rows 1-3 again as ``base`` + 1-3: rows of their own for each pass of one pipeline."""
+    values = ", ".join(f"`{c}`" for c in columns[table][1:])
+    db.execute(f"INSERT INTO {table} (id, {values}) SELECT id + {base}, {values} FROM {table} WHERE id <= 3")
 
 
 def batch_lines(p: Pipeline) -> list[str]:
     return [line for line in p.last_log("binlog_stream", tail=None).splitlines() if "rows read and written" in line]
+
+
+def batch_id(line: str) -> int:
+    return int(re.search(r" batch (\d+): ", line).group(1))
 
 
 def assert_equal_row_by_row(p: Pipeline, spark, db, table: str) -> dict[tuple, tuple]:
@@ -78,12 +90,11 @@ def assert_equal_row_by_row(p: Pipeline, spark, db, table: str) -> dict[tuple, t
     return want
 
 
-@pytest.mark.parametrize("sink_type", ["parquet", "jdbc", "delta"])
+@pytest.mark.parametrize("sink_type", ["jdbc", "delta"])  # parquet: test_driver_batches_into_parquet
 def test_small_batches_from_the_driver_equal_the_source_row_by_row(source_db, tmp_path, spark, postgres, sink_type):
-    names = ["walls", "stamps"] + ([] if sink_type == "parquet" else ["all_types"])
+    names = ["walls", "stamps", "all_types"]
     columns = make_tables(source_db, names)
-    sink = {"parquet": parquet_sink(tmp_path), "delta": delta_sink(tmp_path),
-            "jdbc": jdbc_sink(postgres, f"d_{source_db.name}")}[sink_type]
+    sink = delta_sink(tmp_path) if sink_type == "delta" else jdbc_sink(postgres, f"d_{source_db.name}")
     p = Pipeline(source_db, tmp_path, sink, names, postgres=postgres, chunk_size=2)
     p.snapshot(p.plan())
     p.collect()
@@ -101,27 +112,39 @@ def test_small_batches_from_the_driver_equal_the_source_row_by_row(source_db, tm
     assert source_rows(source_db, "stamps").keys() == {(7,)}
 
 
-def test_parquet_files_from_the_driver_are_the_files_spark_writes(source_db, tmp_path, spark):
-    """Each batch directory is read by Spark, pyarrow and DuckDB alike: the driver's file must have Spark's
-    physical types (INT96 for TIMESTAMP, INT64 for DATETIME) and its schema in the footer."""
-    columns = make_tables(source_db, ["walls", "stamps"])
-    p = Pipeline(source_db, tmp_path, parquet_sink(tmp_path), ["walls", "stamps"], chunk_size=2)
+FILES, KILL = 100, 200  # the ids' bases of the rows the files' passes and the kill's change (the last pass: 1-3)
+
+
+def test_driver_batches_into_parquet(source_db, tmp_path, spark):
+    """The parquet sink's cases share one snapshot, one pass after another, each changing rows of its own: a
+    pass read in the driver then one by Spark's tasks, whose files must be alike; a kill after a driver batch's
+    first table and the restart; every type changed, a truncate and an ALTER inside a batch read in the driver.
+    Only the first pass has a batch 0, the one batch of a driver pass that goes the executors' way."""
+    db = source_db
+    columns = make_tables(db, ["walls", "stamps"])
+    for name in ("walls", "stamps"):
+        for base in (FILES, KILL):
+            copy_rows(db, name, columns, base)
+    p = Pipeline(db, tmp_path, parquet_sink(tmp_path), ["walls", "stamps"], chunk_size=2)
     p.snapshot(p.plan())
     p.collect()
+
+    # Each batch directory is read by Spark, pyarrow and DuckDB alike: the driver's file must have Spark's
+    # physical types (INT96 for TIMESTAMP, INT64 for DATETIME) and its schema in the footer.
     files = {}
     for path, driver in (("driver", DRIVER), ("executors", 0)):
         for name in ("walls", "stamps"):
-            change_rows(source_db, name, columns)
-            source_db.execute(f"DELETE FROM {name} WHERE id IN (4, 10)")
+            change_rows(db, name, columns, FILES)
+            db.execute(f"DELETE FROM {name} WHERE id IN ({FILES + 4}, {FILES + 10})")
         p.stream(max_bytes=6_000, driver_batch_bytes=driver)
-        lines = batch_lines(p)[1:] if path == "driver" else batch_lines(p)  # batch 0: see above
+        lines = batch_lines(p)[1:] if path == "driver" else batch_lines(p)  # batch 0 of the new checkpoint
         assert lines and all(("from the driver" in line) == (path == "driver") for line in lines), lines
         for name in ("walls", "stamps"):
-            changes = Path(p.sink.path) / table_dir_name(source_db.table(name)) / "changes"
+            changes = Path(p.sink.path) / table_dir_name(db.table(name)) / "changes"
             newest = max(changes.iterdir(), key=lambda d: int(d.name.split("=")[1]))
             files[path, name] = pq.ParquetFile(next(newest.glob("*.parquet")))
         for name in ("walls", "stamps"):
-            assert_equal_row_by_row(p, spark, source_db, name)
+            assert_equal_row_by_row(p, spark, db, name)
     for name in ("walls", "stamps"):
         driver, executors = files["driver", name], files["executors", name]
         assert [(c.name, c.physical_type, c.logical_type.to_json()) for c in driver.schema] == \
@@ -130,45 +153,40 @@ def test_parquet_files_from_the_driver_are_the_files_spark_writes(source_db, tmp
         assert json.loads(driver.schema_arrow.metadata[key]) == json.loads(executors.schema_arrow.metadata[key])
     assert files["driver", "stamps"].schema.column(columns["stamps"].index("ts")).physical_type == "INT96"
 
-
-def test_a_kill_after_a_driver_batchs_first_table_then_the_restart(source_db, tmp_path, spark):
-    columns = make_tables(source_db, ["walls", "stamps"])
-    p = Pipeline(source_db, tmp_path, parquet_sink(tmp_path), ["walls", "stamps"], chunk_size=2)
-    p.snapshot(p.plan())
-    p.collect()
+    # a kill after the first table of the pass's second batch (its first, read in the driver, is written)
     for name in ("walls", "stamps"):
-        change_rows(source_db, name, columns)
+        change_rows(db, name, columns, KILL)
+    first = batch_id(batch_lines(p)[-1]) + 1
     once = tmp_path / "fault-once"
-    res = p.stream(fault={"point": "mid_batch", "action": "kill", "match": "batch 2", "once": str(once)},
+    res = p.stream(fault={"point": "mid_batch", "action": "kill", "match": f"batch {first + 1}", "once": str(once)},
                    check=False, max_bytes=6_000, driver_batch_bytes=DRIVER)
     assert res.returncode != 0 and once.exists(), "the injected kill did not happen"
-    assert "batch 1: " in batch_lines(p)[-1] and "from the driver" in batch_lines(p)[-1]
-    p.stream(max_bytes=6_000, driver_batch_bytes=DRIVER)  # batch 2 again, over the same offsets, then the rest
-    assert "batch 2: " in batch_lines(p)[0] and "from the driver" in batch_lines(p)[0]
+    assert batch_id(batch_lines(p)[-1]) == first and "from the driver" in batch_lines(p)[-1], batch_lines(p)
+    p.stream(max_bytes=6_000, driver_batch_bytes=DRIVER)  # the killed batch again, over the same offsets, then the rest
+    assert batch_id(batch_lines(p)[0]) == first + 1 and "from the driver" in batch_lines(p)[0], batch_lines(p)
     for name in ("walls", "stamps"):
-        assert_equal_row_by_row(p, spark, source_db, name)
+        assert_equal_row_by_row(p, spark, db, name)
 
-
-def test_an_alter_applied_in_place_inside_a_batch_read_in_the_driver(source_db, tmp_path, spark):
-    """The driver's read of a small batch meets an ALTER of columns: it records the table's next version and the
-    query starts again from its checkpoint, as when a Spark task meets it; rows on both sides of it are equal."""
-    columns = make_tables(source_db, ["walls", "stamps"])
-    p = Pipeline(source_db, tmp_path, parquet_sink(tmp_path), ["walls", "stamps"], chunk_size=2)
-    p.snapshot(p.plan())
-    p.collect()
-    change_rows(source_db, "walls", columns)
-    p.stream(max_bytes=6_000, driver_batch_bytes=DRIVER)  # batch 0 of the checkpoint goes the executors' way
-    change_rows(source_db, "stamps", columns)  # batches before the ALTER's: the job's set-up does not read it ahead
-    source_db.execute("UPDATE walls SET vc = 'before the alter' WHERE id = 2")
-    source_db.execute("ALTER TABLE walls ADD COLUMN extra INT NOT NULL DEFAULT 7, RENAME COLUMN vc TO vc2")
-    source_db.execute("UPDATE walls SET extra = 8, vc2 = 'after the alter' WHERE id = 3")
-    source_db.execute("INSERT INTO walls (id, extra) VALUES (20, 9)")
+    # Every column of rows 1-3 changed and a truncate, into several batches, some with one table's rows only; then
+    # the driver's read of a batch meets an ALTER of columns: it records the table's next version and the query
+    # starts again from its checkpoint, as when a Spark task meets it; rows on both sides of it are equal. The
+    # batches before the ALTER's: the job's set-up does not read it ahead.
+    for name in ("walls", "stamps"):
+        change_rows(db, name, columns)
+    db.execute("TRUNCATE stamps")
+    db.execute("INSERT INTO stamps (id, vc) VALUES (7, 'after the truncate')")
+    db.execute(f"UPDATE walls SET vc = 'before the alter' WHERE id = {FILES + 2}")
+    db.execute("ALTER TABLE walls ADD COLUMN extra INT NOT NULL DEFAULT 7, RENAME COLUMN vc TO vc2")
+    db.execute(f"UPDATE walls SET extra = 8, vc2 = 'after the alter' WHERE id = {FILES + 3}")
+    db.execute("INSERT INTO walls (id, extra) VALUES (20, 9)")
     p.stream(max_bytes=6_000, driver_batch_bytes=DRIVER)
 
     log = p.last_log("binlog_stream", tail=None)
     assert "table definition changed: " in log and "walls version 1" in log, log[-3000:]
     lines = batch_lines(p)
-    assert lines and all("from the driver (read in the driver" in line for line in lines), lines
+    assert len(lines) >= 3 and all("from the driver (read in the driver" in line for line in lines), lines
     for name in ("walls", "stamps"):
-        assert_equal_row_by_row(p, spark, source_db, name)
-    assert source_rows(source_db, "walls")[(2,)] != source_rows(source_db, "walls")[(3,)]
+        assert_equal_row_by_row(p, spark, db, name)
+    assert source_rows(db, "stamps").keys() == {(7,)}
+    walls = source_rows(db, "walls")
+    assert walls[(FILES + 2,)] != walls[(FILES + 3,)]

@@ -1,4 +1,5 @@
-"""YAML -> DAG, DagBag import errors, and dag.test() runs against MariaDB + Spark."""
+"""YAML -> DAG, DagBag import errors, and dag.test() runs against MariaDB + Spark (a sink moved away from its
+state store among them)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from airflow_cdc_provider.cli import airflow_json_output
 from airflow_cdc_provider.hooks.spark_job import process_alive
 from airflow_cdc_provider.pipeline.table_schemas import pending_resyncs
 from airflow_cdc_provider.sinks.parquet import ParquetLayout
-from airflow_cdc_provider.state.store import StateStore
+from airflow_cdc_provider.state.store import StateStore, table_dir_name
 from airflow_cdc_provider.testing.airflow_run import BackgroundDagRun, run_dag
 
 from .cdc_helpers import parquet_sink, sink_rows, source_rows, stream_state, table_types, wait_until, write_pipeline
@@ -191,14 +192,20 @@ def test_continuous_stream_task_follows_changes_until_stopped(airflow_home, sour
     assert not process_alive(relaunch["pid"]) and state.read_json(state.LAUNCH) is None
 
 
-def test_startup_latest_streams_from_the_runs_start_without_a_snapshot(airflow_home, source_db, tmp_path, spark):
+def test_startup_latest_streams_from_the_runs_start_and_a_moved_sink_is_refused(airflow_home, source_db, tmp_path,
+                                                                                  spark):
     """``stream.startup: latest`` in the generated DAG: no snapshot; the plan step records the position at the
     run's start, so changes made after it and before the stream job launched reach the sink, and none from
-    before the run does."""
+    before the run does.
+
+    The state store records what was written to one sink: with sink.path moved and state.path kept, a run
+    would stream only the changes since into an empty sink. The run fails at validation instead, naming both
+    locations, writes nothing to the new one, and the pipeline goes on once sink.path is put back."""
     env, dags, pipelines = airflow_home
     make_shop(source_db, orders=300, customers=10)
     source_db.execute("UPDATE orders SET note = 'before run' WHERE id <= 10")
-    write_pipeline(pipelines, source_db, tmp_path, "stream:\n  startup: latest\n")
+    latest = "stream:\n  startup: latest\n"
+    write_pipeline(pipelines, source_db, tmp_path, latest)
     state = StateStore(tmp_path / "state")
     run = BackgroundDagRun(env, dags, "shop_cdc", tmp_path / "run1.log")
     try:
@@ -222,9 +229,34 @@ def test_startup_latest_streams_from_the_runs_start_without_a_snapshot(airflow_h
     source = source_rows(source_db, "orders")
     assert orders == {k: v for k, v in source.items() if 5 <= k[0] <= 14}  # updated during the run; deletes gone
     assert [v for v in orders.values() if v[2] != "during run"] == []
+    sink = parquet_sink(tmp_path)
+    customers = sink_rows(spark, sink, {}, table_types(source_db, "customers"))
+    assert customers == {("during",): source_rows(source_db, "customers")[("during",)]}
 
+    # sink.path moved, state.path kept: refused before anything is planned or written
+    moved = tmp_path / "moved"
+    write_pipeline(pipelines, source_db, tmp_path, latest, sink=f"sink:\n  type: parquet\n  path: {moved}\n")
+    source_db.execute("UPDATE orders SET note = 'while moved' WHERE id <= 2")
+    refused = run_dag(env, dags, "shop_cdc", log_file=tmp_path / "moved.log")
+    states = {t["task_id"]: t["state"] for t in refused["tis"] if t["task_id"] != "snapshot_chunk"}
+    assert refused["state"] == "failed", states
+    assert states["validate_source"] == "failed" and states["stream"] != "success", states
+    log = (tmp_path / "moved.log").read_text(errors="replace")
+    said = [line for line in log.splitlines() if "state.path" in line and sink.path in line and str(moved) in line]
+    assert said, log[-4000:]
+    tables = {table_dir_name(source_db.table(t)) for t in ("orders", "customers")}
+    written = [p for p in moved.rglob("*") if p.suffix == ".parquet" or p.name in tables] if moved.exists() else []
+    assert written == [], written
+
+    write_pipeline(pipelines, source_db, tmp_path, latest)  # sink.path put back
     source_db.execute("UPDATE orders SET note = 'next run' WHERE id = 100")
     run2 = run_dag(env, dags, "shop_cdc", log_file=tmp_path / "run2.log")
     assert run2["state"] == "success", run2
     assert state.read_seed() == seed  # the second run keeps where the stream started; it resumes from its checkpoint
-    assert run2["xcom"]["stream[-1]"]["rows_emitted"] == 1
+    # what the refused run left to stream: the 2 changes made while the sink was moved, then the one since
+    assert run2["xcom"]["stream[-1]"]["rows_emitted"] == 2 + 1
+    source = source_rows(source_db, "orders")
+    orders = sink_rows(spark, sink, {}, table_types(source_db, "orders"))
+    assert orders == {k: v for k, v in source.items() if 5 <= k[0] <= 14 or k[0] in (1, 2, 100)}
+    assert [orders[(i,)][2] for i in (1, 2, 100)] == ["while moved", "while moved", "next run"]
+    assert sink_rows(spark, sink, {}, table_types(source_db, "customers")) == customers

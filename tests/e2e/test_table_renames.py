@@ -3,6 +3,9 @@ with its sink history, through real DAG runs into both sinks, compared with Mari
 
 The run whose stream reads the RENAME leaves the new name waiting (it may be the old table renamed); the next
 run moves the old name's sink data to the new name and snapshots it, and later runs stream it.
+
+The same pipeline then has its other table taken out of ``source.tables`` and of the state (``airflow-cdc
+uncapture``, or a DAG run's conf) and added back, snapshotted again.
 """
 
 from __future__ import annotations
@@ -45,23 +48,38 @@ def history(spark, postgres, sink_type: str, sink, table: str) -> set:
     return out
 
 
-@pytest.mark.parametrize(("sink_type", "startup"), [("parquet", "initial"), ("jdbc", "latest")])
-def test_a_renamed_table_continues_under_its_new_name_with_its_history(airflow_home, source_db, postgres, tmp_path,
-                                                                       spark, sink_type, startup):
+# each startup mode, sink and uncapture route once (the route does not touch the sink; each sink's re-snapshot is
+# its own)
+@pytest.mark.parametrize(("sink_type", "startup", "route"), [("parquet", "initial", "cli"), ("jdbc", "latest", "conf")])
+def test_a_renamed_table_keeps_its_history_and_a_table_taken_out_comes_back_snapshotted(
+        airflow_home, source_db, postgres, tmp_path, spark, sink_type, startup, route):
     """Under ``stream.startup: latest`` nothing is snapshotted at first: the sink holds only what was streamed
-    before the rename, and the new name is snapshotted all the same."""
+    before the rename, and the new name is snapshotted all the same.
+
+    Then customers, left out of source.tables, is streamed still, until ``airflow-cdc uncapture`` (or a DAG run
+    with conf ``{"uncapture": [...]}``) takes it out of the state: that run streams the renamed table alone and
+    leaves customers' sink as it was, with no re-snapshot of anything. Added back, it is snapshotted again and
+    its sink converges (rows deleted meanwhile are gone), also under a startup mode that snapshots nothing by
+    itself."""
     env, dags, pipelines = airflow_home
     make_shop(source_db, orders=300, customers=40)
     secrets, sink_yaml, sink = {}, None, parquet_sink(tmp_path)
     if sink_type == "jdbc":
         env, sink_yaml, sink, secrets = jdbc_pipeline_sink(env, postgres, source_db)
-    config = write_pipeline(pipelines, source_db, tmp_path, f"stream:\n  startup: {startup}\n",
-                            tables=("orders*", "customers"), sink=sink_yaml)
+
+    def write(tables=("orders*", "customers")):
+        return write_pipeline(pipelines, source_db, tmp_path, f"stream:\n  startup: {startup}\n", tables=tables,
+                              sink=sink_yaml)
+
+    config = write()
     state = StateStore(tmp_path / "state")
     orders, renamed = source_db.table("orders"), source_db.table("orders_v2")
 
     def rows(table: str) -> dict:
         return sink_rows(spark, sink, secrets, table_types(source_db, table))
+
+    def converged(table: str) -> bool:
+        return rows(table) == source_rows(source_db, table)
 
     def run(name: str) -> str:
         result = run_dag(env, dags, "shop_cdc", log_file=tmp_path / f"{name}.log")
@@ -77,7 +95,8 @@ def test_a_renamed_table_continues_under_its_new_name_with_its_history(airflow_h
     source_db.execute("RENAME TABLE orders TO orders_v2")
     source_db.execute("UPDATE orders_v2 SET note = 'after' WHERE id BETWEEN 5 AND 15")
     source_db.execute("INSERT INTO orders_v2 VALUES (1000, 1000, 'new')")
-    source_db.execute("UPDATE customers SET name = 'streamed' WHERE `customer id` = 'c0001'")
+    # customers' changes for the sink to hold when it is taken out below, under startup latest too
+    source_db.execute("UPDATE customers SET name = 'streamed' WHERE `customer id` <= 'c0035'")
 
     # the stream reads the rename as the old name's drop; the new name waits for it
     log2 = run("run2")
@@ -129,3 +148,60 @@ def test_a_renamed_table_continues_under_its_new_name_with_its_history(airflow_h
                          timeout=600, env={**os.environ, **env})
     assert res.returncode == 0, res.stdout + res.stderr
     assert f"{renamed} " in res.stdout and "DROPPED" not in res.stdout, res.stdout
+
+    # customers taken out: first of source.tables (refused until then), then of the state
+    customers = source_db.table("customers")
+
+    def uncapture():
+        return subprocess.run([CLI, "uncapture", str(config), "--table", customers], capture_output=True,
+                              text=True, timeout=120, env={**os.environ, **env})
+
+    held = rows("customers")
+    assert {("c0001",), ("c0030",)} <= set(held)  # rows the changes below rename and delete
+    source_db.execute("UPDATE orders_v2 SET note = 'while out' WHERE id <= 5")
+    source_db.execute("DELETE FROM customers WHERE `customer id` >= 'c0030'")
+    source_db.execute("UPDATE customers SET name = 'while out' WHERE `customer id` <= 'c0004'")
+    if route == "cli":
+        res = uncapture()
+        assert res.returncode == 2 and res.stderr.strip() == (
+            f"airflow-cdc: error: {config}: source.tables still captures {customers} (through '{customers}'): take "
+            "it out of source.tables first (a pattern can exclude it: 're:...' with a negative lookahead), then run "
+            "this again"), res.stderr
+        write(tables=("orders*",))
+        res = uncapture()
+        assert res.returncode == 0 and res.stdout.startswith(f"{customers}: no longer captured."), \
+            res.stdout + res.stderr
+        assert customers not in state.read_seed().tables and customers not in state.streamed_tables()
+        assert customers not in state.read_status().tables
+        assert uncapture().stderr.startswith(f"airflow-cdc: error: {config}: --table {customers}: not a table this "
+                                             "pipeline has captured")
+        run5 = run_dag(env, dags, "shop_cdc", log_file=tmp_path / "run5.log")
+    else:  # from the Airflow UI: a DAG run's conf, refused (the run fails at its plan step) while the YAML has it
+        refused = run_dag(env, dags, "shop_cdc", conf={"uncapture": [customers]}, log_file=tmp_path / "refused.log")
+        assert refused["state"] == "failed", refused
+        assert [t["state"] for t in refused["tis"] if t["task_id"] == "plan_chunks"] == ["failed"], refused
+        assert (f"{config}: source.tables still captures {customers} (through '{customers}'): take it out of "
+                "source.tables first (a pattern can exclude it: 're:...' with a negative lookahead), then trigger the "
+                "DAG with this conf again") in (tmp_path / "refused.log").read_text()
+        assert customers in state.streamed_tables()
+        write(tables=("orders*",))
+        run5 = run_dag(env, dags, "shop_cdc", conf={"uncapture": [customers]}, log_file=tmp_path / "run5.log")
+        assert f"{customers}: no longer captured." in (tmp_path / "run5.log").read_text()
+        assert customers not in state.read_seed().tables and customers not in state.streamed_tables()
+    assert run5["state"] == "success", run5
+    assert [t for t in run5["tis"] if t["task_id"] == "snapshot_chunk" and t["state"] == "success"] == []
+    assert state.read_status().tables == [renamed]
+    assert converged("orders_v2")  # snapshotted under its new name, under startup latest too
+    assert rows("customers") == held
+    assert held != source_rows(source_db, "customers")  # the sink did not follow the changes, as asked
+
+    # added back: snapshotted again, then streamed
+    write()
+    source_db.execute("DELETE FROM customers WHERE `customer id` = 'c0000'")
+    run("run6")
+    for t in ("orders_v2", "customers"):
+        assert converged(t), t
+    source_db.execute("UPDATE customers SET name = 'streamed again' WHERE `customer id` = 'c0001'")
+    run("run7")
+    assert converged("customers")
+    assert rows("customers")[("c0001",)][1] == "streamed again"

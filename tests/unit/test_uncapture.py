@@ -1,5 +1,5 @@
 """``airflow-cdc uncapture``'s refusals and what it leaves in the state store, against a real (local) state
-store; the whole path through DAG runs is tests/e2e/test_pipeline_edits.py."""
+store; the whole path through DAG runs is tests/e2e/test_table_renames.py."""
 
 from __future__ import annotations
 
