@@ -37,6 +37,19 @@ class ChangeRecord:
         return self.before if self.op == OP_DELETE else self.after  # type: ignore[return-value]
 
 
+class NullKeyError(ValueError):
+    """A change whose key decodes to NULL in a NOT NULL key column: a zero or invalid date (``0000-00-00``, a
+    zero month or day, an invalid day stored under ``ALLOW_INVALID_DATES``), which has no date value. The sinks
+    would key the row by NULL (two such rows become one; a MERGE never matches it), so the stream stops."""
+
+    def __init__(self, table: TableId, columns: Sequence[str], key: Key) -> None:
+        super().__init__(
+            f"{table}: a change of a row whose key column(s) {', '.join(columns)} hold a zero or invalid date "
+            f"(key read as {key!r}): such a row has no key the sinks can tell apart. Give the row a valid date on "
+            f"the source (and set sql_mode NO_ZERO_DATE, NO_ZERO_IN_DATE, no ALLOW_INVALID_DATES for its writers), "
+            f"or leave the table out of source.tables")
+
+
 def key_of(row: Mapping[str, Any], key_columns: Sequence[str]) -> Key:
     return tuple(row[c] for c in key_columns)
 
@@ -80,7 +93,14 @@ def records_from_images(
     if kind not in ("insert", "delete", "update"):
         raise ValueError(f"unknown row event kind {kind!r}")
     get = itemgetter(*key_columns)
-    key = get if len(key_columns) > 1 else (lambda image: (get(image),))  # a key is a tuple, even of one column
+    one = get if len(key_columns) > 1 else (lambda image: (get(image),))  # a key is a tuple, even of one column
+
+    def key(image: Mapping[str, Any]) -> Key:
+        k = one(image)
+        if None in k:
+            raise NullKeyError(table, [c for c, v in zip(key_columns, k) if v is None], k)
+        return k
+
     if kind == "insert":
         return [ChangeRecord(OP_CREATE, table, key(image), None, image, EventPosition(file, event_start, i), ts_ms)
                 for i, image in enumerate(images)]

@@ -3,12 +3,16 @@ as Arrow, the source's own reader reused from batch to batch; an unreachable sou
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import re
 
-from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+import pytest
+from pyspark.sql.types import DateType, IntegerType, LongType, StringType, StructField, StructType
 
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.offsets import BinlogOffset
+from airflow_cdc_provider.core.records import NullKeyError
 from airflow_cdc_provider.core.reports import ChunkRange
 from airflow_cdc_provider.pipeline.jobspec import JobSpec
 from airflow_cdc_provider.sinks.base import SinkConfig
@@ -101,3 +105,24 @@ def test_a_change_is_told_its_chunk_by_the_servers_order_of_an_enum_key(source_d
     finally:
         reader.close()
     assert [(r["op"], r["image_0"]) for r in rows] == [("u", {"region": "apac", "id": 5, "v": 1})]
+
+
+def test_a_change_of_a_row_keyed_by_a_zero_date_stops_the_stream_naming_table_and_column(source_db, tmp_path,
+                                                                                          server_id):
+    """A zero date has no value: decoded as NULL, two rows of it would be one in the sinks. The stream stops."""
+    source_db.execute("CREATE TABLE days (d DATE NOT NULL, id INT NOT NULL, v INT, PRIMARY KEY (d, id))")
+    image = StructType([StructField("d", DateType()), StructField("id", IntegerType()), StructField("v", IntegerType())])
+    reader, table = reader_of(source_db, tmp_path, server_id, name="days", image=image)
+    try:
+        start = here(source_db)
+        source_db.execute("INSERT INTO days VALUES ('2024-02-29', 1, 0)")
+        middle = here(source_db)
+        assert [r["image_0"]["id"] for r in reader.read_table(start, middle).to_pylist()] == [1]
+        with contextlib.closing(source_db.server.app_connection(source_db.name)) as conn, conn.cursor() as cur:
+            cur.execute("SET SESSION sql_mode = ''")  # a writer that lets zero dates in
+            cur.execute("INSERT INTO days VALUES ('0000-00-00', 2, 0)")
+            conn.commit()
+        with pytest.raises(NullKeyError, match=rf"^{re.escape(table)}: .* key column\(s\) d hold a zero or invalid date"):
+            reader.read_table(middle, here(source_db))
+    finally:
+        reader.close()
