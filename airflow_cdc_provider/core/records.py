@@ -40,7 +40,8 @@ class ChangeRecord:
 class NullKeyError(ValueError):
     """A change whose key decodes to NULL in a NOT NULL key column: a zero or invalid date (``0000-00-00``, a
     zero month or day, an invalid day stored under ``ALLOW_INVALID_DATES``), which has no date value. The sinks
-    would key the row by NULL (two such rows become one; a MERGE never matches it), so the stream stops."""
+    would key the row by NULL (two such rows become one; a MERGE never matches it), so the stream, or the chunk
+    whose watermark window reads the change, stops."""
 
     def __init__(self, table: TableId, columns: Sequence[str], key: Key) -> None:
         super().__init__(
