@@ -212,7 +212,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             print(f"  {v.table:<40} {status:<9} source {v.source_rows} rows, sink {v.sink_rows} rows, "
                   f"{len(v.chunks)} chunk(s)" + (f", {len(bad)} differ" if bad else "") + at)
             if v.kept_apart:
-                print(f"      not compared (kept so by stream.schema_changes): "
+                print("      not compared (kept so by stream.schema_changes): "
                       + "; ".join(f"{k}: {', '.join(c)}" for k, c in v.kept_apart.items() if c))
             for c in bad[:10]:
                 print(f"      chunk {c.chunk}: source {c.source_rows} rows (checksum {c.source_checksum:016x}), "

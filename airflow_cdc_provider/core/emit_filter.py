@@ -8,7 +8,8 @@ is emitted iff
 
 Chunks are contiguous and unbounded at both ends, so every key has exactly one chunk, found by binary
 search over the chunk starts. Starts are compared through the table's *key order* (for string keys: the
-database collation's weights), never by Python's string order. The filter is stateless, so parallel
+database collation's weights), never by Python's string order; the filter refuses starts that do not ascend
+in the order it is given (``ChunkOrderError``), which would give changes the wrong chunk. The filter is stateless, so parallel
 decoders of different binlog segments can share it.
 
 Memory: one table's chunk infos are two flat lists (sorted starts, high watermark tuples), not one object
@@ -114,7 +115,22 @@ def build_emit_filter(
     for r in ranges:
         by_table.setdefault(r.table, []).append(r)
     key_orders = key_orders or {}
-    return EmitFilter(
-        {t: table_split_info(rs, key_orders.get(str(t), natural_order)) for t, rs in by_table.items()},
-        emit_tables_without_snapshot=emit_tables_without_snapshot,
-    )
+    infos = {t: table_split_info(rs, key_orders.get(str(t), natural_order)) for t, rs in by_table.items()}
+    for t, info in infos.items():
+        _check_ascending(t, info)
+    return EmitFilter(infos, emit_tables_without_snapshot=emit_tables_without_snapshot)
+
+
+class ChunkOrderError(ValueError):
+    """A table's chunk starts do not ascend in the key order the filter was given: the binary search would give
+    changes the wrong chunk, dropping some and sending others twice."""
+
+
+def _check_ascending(table: TableId, info: TableSplitInfo) -> None:
+    for a, b in zip(info.starts, info.starts[1:]):
+        if not a < b:
+            raise ChunkOrderError(
+                f"{table}: its snapshot's chunk bounds do not ascend in the order the stream compares its keys in: "
+                f"the table's key does not order as when its "
+                f"chunks were planned (a key column's collation or type changed). Re-snapshot the table "
+                f"(airflow-cdc resnapshot <pipeline.yaml> --table {table})")

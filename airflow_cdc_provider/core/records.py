@@ -39,16 +39,18 @@ class ChangeRecord:
 
 class NullKeyError(ValueError):
     """A change whose key decodes to NULL in a NOT NULL key column: a zero or invalid date (``0000-00-00``, a
-    zero month or day, an invalid day stored under ``ALLOW_INVALID_DATES``), which has no date value. The sinks
-    would key the row by NULL (two such rows become one; a MERGE never matches it), so the stream, or the chunk
-    whose watermark window reads the change, stops."""
+    zero month or day, an invalid day stored under ``ALLOW_INVALID_DATES``), which has no date value, or a column
+    a writer's session left out of the row image (``binlog_row_image`` other than FULL). The sinks would key the
+    row by NULL (two such rows become one; a MERGE never matches it), so the stream, or the chunk whose watermark
+    window reads the change, stops."""
 
     def __init__(self, table: TableId, columns: Sequence[str], key: Key) -> None:
         super().__init__(
-            f"{table}: a change of a row whose key column(s) {', '.join(columns)} hold a zero or invalid date "
-            f"(key read as {key!r}): such a row has no key the sinks can tell apart. Give the row a valid date on "
-            f"the source (and set sql_mode NO_ZERO_DATE, NO_ZERO_IN_DATE, no ALLOW_INVALID_DATES for its writers), "
-            f"or leave the table out of source.tables")
+            f"{table}: a change of a row whose key column(s) {', '.join(columns)} read as NULL (key {key!r}): "
+            f"such a row has no key the sinks can tell apart. A zero or invalid date reads so: give the row a valid "
+            f"date on the source (and set sql_mode NO_ZERO_DATE, NO_ZERO_IN_DATE, no ALLOW_INVALID_DATES for its "
+            f"writers). So does a column a writer's session leaves out of the binlog: set binlog_row_image=FULL for "
+            f"every writer. Or leave the table out of source.tables")
 
 
 def key_of(row: Mapping[str, Any], key_columns: Sequence[str]) -> Key:

@@ -108,6 +108,12 @@ class DatabaseKeyOrder:
     def needs_database(self) -> bool:
         return any(kind == "weight" for kind, _ in self._kinds)
 
+    @property
+    def is_natural(self) -> bool:
+        """Whether Python orders the keys as the server does (numbers, dates, times, binary strings): the emit
+        filter then compares them as they are (``core.emit_filter.natural_order``)."""
+        return all(kind == "native" for kind, _ in self._kinds)
+
     def prefetch(self, keys: Iterable[Key]) -> None:
         """Fetch the weights of many keys in few round trips (call before ordering a batch of events)."""
         for i, (kind, data) in enumerate(self._kinds):
@@ -132,7 +138,7 @@ class DatabaseKeyOrder:
             if kind == "native":
                 out.append(value)
             elif kind == "enum":
-                out.append(data.get(value, 0))
+                out.append(self._enum_index(i, data, value))
             else:
                 w = self._cache.get((i, value))
                 if w is None:
@@ -140,6 +146,19 @@ class DatabaseKeyOrder:
                     w = self._cache[(i, value)]
                 out.append(w)
         return tuple(out)
+
+    def _enum_index(self, i: int, indexes: dict[str, int], value: Any) -> int:
+        """An ENUM value's place in the column's list ('' is the server's error value, index 0). A name not in
+        the list means the key's definition is not the one the value was written under: ordered by a guess, a
+        change would be given the wrong chunk."""
+        index = indexes.get(value, 0 if value == "" else None)
+        if index is None:
+            col = self.schema.key[i]
+            raise ValueError(f"{self.schema.table}: key column {col.name} holds {value!r}, which is not in its "
+                             f"definition {col.column_type}, so its order among the chunk bounds is not known. The "
+                             f"table's definition changed in a way the capture cannot follow: re-snapshot the table "
+                             f"(airflow-cdc resnapshot <pipeline.yaml> --table {self.schema.table})")
+        return index
 
     def in_range(self, key: Key, start: Key | None, end: Key | None) -> bool:
         k = self(key)

@@ -170,12 +170,13 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _set_up_with_connection(self) -> None:
         """Everything else the reader needs, from the options, the state store and ``self.conn``."""
         from airflow_cdc_provider.core.chunks import TableId
-        from airflow_cdc_provider.core.emit_filter import build_emit_filter
+        from airflow_cdc_provider.core.emit_filter import build_emit_filter, natural_order
         from airflow_cdc_provider.pipeline.stream_evolutions import StreamEvolutions, covered_through
         from airflow_cdc_provider.sinks.registry import sink_class
         from airflow_cdc_provider.sinks.types import TableSinkTypes
         from airflow_cdc_provider.source.connection import SourceConnection
         from airflow_cdc_provider.source.key_order import DatabaseKeyOrder
+        from airflow_cdc_provider.source.schema import TableSchema
         from airflow_cdc_provider.source.table_versions import TableVersion
         from airflow_cdc_provider.state.store import StateStore
 
@@ -190,7 +191,10 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             partial(SourceConnection, **self.settings.pymysql_kwargs()),
             {t: self.spec.stream.schema_changes_for(t) for t in chains},
             in_place=sink_class(self.spec.sink.type).evolves_in_place, sinks=sinks)
-        self.orders = {t: DatabaseKeyOrder(self.conn, s) for t, s in self.schemas.items()}
+        # each table's key order as its snapshot's chunks were planned in (``pipeline.table_schemas.chunk_order_schemas``)
+        self.orders = {TableId.parse(d["table"]): DatabaseKeyOrder(self.conn, TableSchema.from_dict(d["chunk_order"])
+                                                                   if d.get("chunk_order") else chains[d["table"]][0].schema)
+                       for d in self.definitions}
         store = StateStore(self.spec.state_path)
         self.seed = store.read_query_seed()  # the query's, fixed when the stream job set it up
         ranges = []
@@ -202,7 +206,7 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             order = self.orders[t]  # the server's order, also of keys that need no query for it (ENUMs)
             if order.needs_database:
                 order.prefetch([r.start for r in table_seed.chunks if r.start is not None])
-            orders[name] = order
+            orders[name] = natural_order if order.is_natural else order
             ranges += table_seed.chunks
         self.covered_through = covered_through(self.seed, self.schemas)
         self.filter = build_emit_filter(ranges, orders)

@@ -36,7 +36,7 @@ from airflow_cdc_provider.pipeline.job_errors import failure_summary
 from airflow_cdc_provider.pipeline.jobspec import JobSpec
 from airflow_cdc_provider.pipeline.query_seed import query_seed
 from airflow_cdc_provider.pipeline.stream_evolutions import StreamEvolutions, covered_through, held_tables
-from airflow_cdc_provider.pipeline.table_schemas import pending_resyncs, stream_versions
+from airflow_cdc_provider.pipeline.table_schemas import chunk_order_schemas, pending_resyncs, stream_versions
 from airflow_cdc_provider.sinks.base import META_COLUMNS
 from airflow_cdc_provider.sinks.registry import open_sink
 from airflow_cdc_provider.sinks.types import TableSinkTypes
@@ -379,8 +379,11 @@ class StreamJob:
                 sink.evolve_in_place(self.sink_versions[table], types.epoch)
         self.restart = False  # the query stopped at a table's new version: another starts with it
         # each table's definitions, in image column order: the source's tasks and the writer's reads decode with these
+        # and the definition the snapshot's chunks were read with, in whose key order the stream tells a change its chunk
+        chunk_orders = chunk_order_schemas(self.store, self.versions, self.epochs)
         self.definitions = [{"table": t, "epoch": self.epochs.get(t, 0), "versions": [v.to_dict() for v in self.versions[t]],
-                             "sink_versions": [v.to_dict() for v in self.sink_versions[t]]} for t in self.order]
+                             "sink_versions": [v.to_dict() for v in self.sink_versions[t]],
+                             "chunk_order": chunk_orders[t].to_dict()} for t in self.order]
         self.writer = BatchWriter(spec, secrets, self.types, {t: image_column(i) for i, t in enumerate(self.order)},
                                   publish=self.connect, carried=carried, definitions=self.definitions)
         log.info("stream job set up in %.2fs (%d tables)", time.monotonic() - t0, len(self.types))

@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql.types import DateType, IntegerType, LongType, StringType, StructField, StructType
 
 from airflow_cdc_provider.core.chunks import TableId
-from airflow_cdc_provider.core.offsets import BinlogOffset
+from airflow_cdc_provider.core.offsets import BinlogOffset, EventPosition
 from airflow_cdc_provider.core.records import NullKeyError
 from airflow_cdc_provider.core.reports import ChunkRange
 from airflow_cdc_provider.pipeline.jobspec import JobSpec
@@ -31,18 +31,20 @@ IMAGE = StructType([StructField("id", IntegerType()), StructField("name", String
 
 
 def reader_of(source_db, tmp_path, server_id, settings=None, name="people",
-              image=IMAGE) -> tuple[BinlogReader, str]:
+              image=IMAGE, versions=None) -> tuple[BinlogReader, str]:
     """A stream job's reader of table ``name`` (created by the caller, or ``people`` here), with the query seed
-    the state store holds when it is set up."""
+    the state store holds when it is set up; ``versions``: the table's definitions (default: the one it has)."""
     if name == "people":
         source_db.execute("CREATE TABLE people (id INT PRIMARY KEY, name VARCHAR(20))")
     table = source_db.table(name)
-    with source_db.connection() as conn:
-        version = TableVersion(0, load_schema(conn, TableId.parse(table)))
+    if versions is None:
+        with source_db.connection() as conn:
+            versions = [TableVersion(0, load_schema(conn, TableId.parse(table)))]
     settings = settings or source_db.settings
     spec = JobSpec(pipeline="p", source=settings, tables={table: None}, state_path=StateStore(tmp_path / "state").uri,
                    sink=SinkConfig(type="parquet", path=str(tmp_path / "sink")), server_id=server_id)
-    definitions = [{"table": table, "epoch": 0, "versions": [version.to_dict()], "sink_versions": [version.to_dict()]}]
+    chain = [v.to_dict() for v in versions]
+    definitions = [{"table": table, "epoch": 0, "versions": chain, "sink_versions": chain}]
     schema = StructType(META + [StructField("image_0", image)])
     return BinlogReader(spec.to_json(), {"source_password": source_db.settings.password}, 1, definitions, schema), table
 
@@ -107,6 +109,37 @@ def test_a_change_is_told_its_chunk_by_the_servers_order_of_an_enum_key(source_d
     assert [(r["op"], r["image_0"]) for r in rows] == [("u", {"region": "apac", "id": 5, "v": 1})]
 
 
+def test_a_change_is_told_its_chunk_in_the_collation_its_chunks_were_planned_in(source_db, tmp_path, server_id):
+    """The stream applies an ALTER that only changes a key column's collation in place; the chunk bounds still
+    split the keys in the old one. Under utf8mb4_general_ci ``'C' > 'b'``, under utf8mb4_bin ``'C' < 'b'``: the
+    update of ``'C'``, after its chunk's high watermark, must be emitted, not taken for a row of the chunk before,
+    whose snapshot was read later."""
+    source_db.execute("CREATE TABLE names (name VARCHAR(10) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci "
+                      "PRIMARY KEY, v INT)")
+    source_db.execute("INSERT INTO names VALUES ('C', 0), ('a', 0)")
+    table = source_db.table("names")
+    with source_db.connection() as conn:
+        planned = TableVersion(0, load_schema(conn, TableId.parse(table)))
+    early = here(source_db)
+    source_db.execute("UPDATE names SET v = 1 WHERE name = 'C'")
+    late = here(source_db)
+    source_db.execute("ALTER TABLE names MODIFY name VARCHAR(10) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL")
+    with source_db.connection() as conn:
+        binary = TableVersion(1, load_schema(conn, TableId.parse(table)), EventPosition(late.file, late.pos, 0),
+                              "ALTER TABLE names MODIFY name ...")
+    assert binary.schema.key[0].collation == "utf8mb4_bin"
+    chunks = (ChunkRange(TableId.parse(table), 0, None, ("b",), late),
+              ChunkRange(TableId.parse(table), 1, ("b",), None, early))
+    StateStore(tmp_path / "state").write_query_seed(StreamSeed(early, {table: TableSeed(1, chunks, late)}))
+    image = StructType([StructField("name", StringType()), StructField("v", IntegerType())])
+    reader, _ = reader_of(source_db, tmp_path, server_id, name="names", image=image, versions=[planned, binary])
+    try:
+        rows = reader.read_table(early, late).to_pylist()
+    finally:
+        reader.close()
+    assert [(r["op"], r["image_0"]) for r in rows] == [("u", {"name": "C", "v": 1})]
+
+
 def test_a_change_of_a_row_keyed_by_a_zero_date_stops_the_stream_naming_table_and_column(source_db, tmp_path,
                                                                                           server_id):
     """A zero date has no value: decoded as NULL, two rows of it would be one in the sinks. The stream stops."""
@@ -122,7 +155,7 @@ def test_a_change_of_a_row_keyed_by_a_zero_date_stops_the_stream_naming_table_an
             cur.execute("SET SESSION sql_mode = ''")  # a writer that lets zero dates in
             cur.execute("INSERT INTO days VALUES ('0000-00-00', 2, 0)")
             conn.commit()
-        with pytest.raises(NullKeyError, match=rf"^{re.escape(table)}: .* key column\(s\) d hold a zero or invalid date"):
+        with pytest.raises(NullKeyError, match=rf"^{re.escape(table)}: .* key column\(s\) d read as NULL .* A zero or invalid date"):
             reader.read_table(middle, here(source_db))
     finally:
         reader.close()

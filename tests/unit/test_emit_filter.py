@@ -3,7 +3,7 @@
 import pytest
 
 from airflow_cdc_provider.core.chunks import TableId
-from airflow_cdc_provider.core.emit_filter import build_emit_filter
+from airflow_cdc_provider.core.emit_filter import ChunkOrderError, build_emit_filter, table_split_info
 from airflow_cdc_provider.core.offsets import BinlogOffset, EventPosition
 from airflow_cdc_provider.core.reports import ChunkRange, compact_ranges
 
@@ -61,11 +61,22 @@ def test_chunks_are_checked_in_their_order_not_in_pythons_order_of_their_string_
     it is the other way round: the chunks must still be found contiguous when the snapshot is collected, which
     compares no keys in the collation's order."""
     reports = [report(0, None, "ap's", 10), report(1, "ap's", "a\\b", 20), report(2, "a\\b", None, 30)]
-    assert len(build_emit_filter(reports)._tables[T].starts) == 2
+    assert len(table_split_info(reports).starts) == 2
     with pytest.raises(ValueError, match="not contiguous"):
-        build_emit_filter([reports[0], reports[2]])
+        table_split_info([reports[0], reports[2]])
     with pytest.raises(ValueError, match="exactly one first chunk"):
-        build_emit_filter(reports[1:])
+        table_split_info(reports[1:])
+
+
+def test_the_stream_refuses_chunk_bounds_that_do_not_ascend_in_the_key_order_it_is_given():
+    """Bounds planned under utf8mb4_general_ci (``"ap's" < "a\\b"``) looked up in another order (Python's here; a
+    key column's new collation in a stream) would give changes the wrong chunk: refused, naming the table."""
+    reports = [report(0, None, "ap's", 10), report(1, "ap's", "a\\b", 20), report(2, "a\\b", None, 30)]
+    general_ci = lambda key: tuple(v.upper() for v in key)  # noqa: E731 - weighs p as P (0x50), below 0x5C
+    f = build_emit_filter(reports, {"db.t": general_ci})
+    assert [f.should_emit(T, (k,), at(15)) for k in ("ap", "apz", "a\\c")] == [True, False, False]
+    with pytest.raises(ChunkOrderError, match=r"^db\.t: its snapshot's chunk bounds do not ascend .* --table db\.t"):
+        build_emit_filter(reports)
 
 
 def test_key_order_is_used_for_lookup():

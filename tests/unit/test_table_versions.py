@@ -3,6 +3,7 @@ the version in force at a position, and the state store's record of them (first 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 
 from airflow_cdc_provider.core.chunks import TableId
@@ -74,3 +75,21 @@ def test_versions_round_trip_through_the_state_store_and_the_first_writer_wins(t
     # a snapshot task of the epoch that read another definition: no base to trust
     store.note_snapshot_definition("db.t", 5, schema("id", "other"))
     assert store.snapshot_definitions_mixed("db.t", 5)
+
+
+def test_the_stream_orders_keys_as_the_snapshot_that_read_the_chunks_did_even_with_mixed_definitions(tmp_path):
+    """The emit filter's key order comes from the epoch's base (the definition the first snapshot task read the
+    table with, checked against the chunks' planned order), not from the stream's chain: that is today's definition
+    when the snapshot's tasks read mixed ones, and may give a key column another collation."""
+    from airflow_cdc_provider.pipeline.table_schemas import chunk_order_schemas
+
+    store = StateStore(tmp_path / "state")
+    general = TableSchema(T, (Column("id", "varchar", "varchar(10)", False, "utf8mb4", "utf8mb4_general_ci",
+                                     10, None, None, None),), ("id",), ("id",))
+    binary = TableSchema(T, (replace(general.columns[0], collation="utf8mb4_bin"),), ("id",), ("id",))
+    today = {"db.t": [TableVersion(0, binary)]}
+    assert chunk_order_schemas(store, today, {"db.t": 3}) == {"db.t": binary}  # no snapshot: the chain's base
+    store.note_snapshot_definition("db.t", 3, general)
+    store.note_snapshot_definition("db.t", 3, binary)  # a later task read another definition
+    assert store.snapshot_definitions_mixed("db.t", 3)
+    assert chunk_order_schemas(store, today, {"db.t": 3}) == {"db.t": general}
