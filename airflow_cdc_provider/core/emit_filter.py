@@ -6,11 +6,11 @@ is emitted iff
 * p is after the largest high watermark of T (T is in its pure-binlog phase), or
 * p is after the high watermark of the chunk that contains k (Flink CDC ``BinlogSplitReader#shouldEmit``).
 
-Chunks are contiguous and unbounded at both ends, so every key has exactly one chunk, found by binary
-search over the chunk starts. Starts are compared through the table's *key order* (for string keys: the
-database collation's weights), never by Python's string order; the filter refuses starts that do not ascend
-in the order it is given (``ChunkOrderError``), which would give changes the wrong chunk. The filter is stateless, so parallel
-decoders of different binlog segments can share it.
+Chunks are contiguous and unbounded at both ends, so every key has exactly one chunk, found by binary search
+over the chunk starts. Starts are compared through the table's *key order* (for string keys: the database
+collation's weights), never by Python's string order; the filter refuses starts that do not ascend in the
+order it is given (``ChunkOrderError``), which would give changes the wrong chunk. The filter is stateless, so
+parallel decoders of different binlog segments can share it.
 
 Memory: one table's chunk infos are two flat lists (sorted starts, high watermark tuples), not one object
 per chunk, and adjacent chunks with the same high watermark (the chunks one snapshot task read in one

@@ -45,12 +45,18 @@ class NullKeyError(ValueError):
     window reads the change, stops."""
 
     def __init__(self, table: TableId, columns: Sequence[str], key: Key) -> None:
-        super().__init__(
-            f"{table}: a change of a row whose key column(s) {', '.join(columns)} read as NULL (key {key!r}): "
-            f"such a row has no key the sinks can tell apart. A zero or invalid date reads so: give the row a valid "
-            f"date on the source (and set sql_mode NO_ZERO_DATE, NO_ZERO_IN_DATE, no ALLOW_INVALID_DATES for its "
-            f"writers). So does a column a writer's session leaves out of the binlog: set binlog_row_image=FULL for "
-            f"every writer. Or leave the table out of source.tables")
+        super().__init__(null_key_message(table, columns, f"a change of a row (key {key!r})", from_binlog=True))
+
+
+def null_key_message(table: TableId | str, columns: Sequence[str], what: str, from_binlog: bool = False) -> str:
+    """Why ``what`` (a change, a row a snapshot reads) of ``table`` cannot be captured: key ``columns`` read as
+    NULL. Said alike by the stream and the snapshot."""
+    binlog = (" So does a column a writer's session leaves out of the binlog: set binlog_row_image=FULL for every "
+              "writer." if from_binlog else "")
+    return (f"{table}: {what} whose key column(s) {', '.join(columns)} read as NULL: such a row has no key the "
+            f"sinks can tell apart. A zero or invalid date reads so: give the row a valid date on the source (and "
+            f"set sql_mode NO_ZERO_DATE, NO_ZERO_IN_DATE, no ALLOW_INVALID_DATES for its writers).{binlog} Or leave "
+            f"the table out of source.tables")
 
 
 def key_of(row: Mapping[str, Any], key_columns: Sequence[str]) -> Key:

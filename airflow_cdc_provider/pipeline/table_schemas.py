@@ -112,10 +112,11 @@ def stream_versions(conn: Any, store: StateStore, tables: Mapping[str, Any],
 
 def chunk_order_schemas(store: StateStore, versions: Mapping[str, list[TableVersion]],
                         epochs: Mapping[str, int]) -> dict[str, TableSchema]:
-    """Per table, the definition its snapshot epoch's chunks were read with (the epoch's base, which the snapshot
-    checked against the key order the chunks were planned in). The stream's emit filter tells a change its chunk
-    in this order: an ALTER applied in place since may have given a key column another collation, and the
-    chunk bounds split the keys only in the order they were planned in."""
+    """Per table, the definition its snapshot epoch's chunks were read with: the epoch's base, which the first
+    snapshot task wrote after checking it against the key order the chunks were planned in (a state store or plan
+    older than that check holds the definition the stream first started with instead). The stream's emit filter
+    tells a change its chunk in this order: an ALTER applied in place since may have given a key column another
+    collation, and the chunk bounds split the keys only in the order they were planned in."""
     out = {}
     for name, chain in versions.items():
         recorded = store.table_versions(name, int(epochs.get(name, 0)))

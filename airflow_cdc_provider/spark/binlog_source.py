@@ -191,10 +191,16 @@ class BinlogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             partial(SourceConnection, **self.settings.pymysql_kwargs()),
             {t: self.spec.stream.schema_changes_for(t) for t in chains},
             in_place=sink_class(self.spec.sink.type).evolves_in_place, sinks=sinks)
-        # each table's key order as its snapshot's chunks were planned in (``pipeline.table_schemas.chunk_order_schemas``)
-        self.orders = {TableId.parse(d["table"]): DatabaseKeyOrder(self.conn, TableSchema.from_dict(d["chunk_order"])
-                                                                   if d.get("chunk_order") else chains[d["table"]][0].schema)
-                       for d in self.definitions}
+        # each table's key order as its snapshot's chunks were planned in (``table_schemas.chunk_order_schemas``)
+        planned = {d["table"]: TableSchema.from_dict(d["chunk_order"]) if d.get("chunk_order")
+                   else chains[d["table"]][0].schema for d in self.definitions}
+        for t, s in planned.items():
+            read = chains[t][-1].schema.key_columns
+            if [c.lower() for c in s.key_columns] != [c.lower() for c in read]:
+                raise ValueError(f"{t}: its snapshot's chunks split the key ({', '.join(s.key_columns)}), the stream "
+                                 f"reads its key as ({', '.join(read)}) (source.chunk_key was edited): re-snapshot the "
+                                 f"table (airflow-cdc resnapshot <pipeline.yaml> --table {t})")
+        self.orders = {TableId.parse(t): DatabaseKeyOrder(self.conn, s) for t, s in planned.items()}
         store = StateStore(self.spec.state_path)
         self.seed = store.read_query_seed()  # the query's, fixed when the stream job set it up
         ranges = []
@@ -468,8 +474,9 @@ class SchemaChangeStop(RuntimeError):
 
 class BinlogSource(DataSource):
     """Registered under ``airflow_cdc_binlog``. Options (no secrets): ``spec``; ``partitions``, the number of
-    segments per batch; ``definitions``, a JSON list of each table's ``{"table", "epoch", "versions"}`` (its
-    ``TableVersion``s) in image column order (every task decodes with these); ``schema`` (``source_schema``)."""
+    segments per batch; ``definitions``, a JSON list of each table's ``{"table", "epoch", "versions",
+    "sink_versions", "chunk_order"}`` (its ``TableVersion``s, and the definition its chunks were read with) in
+    image column order (every task decodes with these); ``schema`` (``source_schema``)."""
 
     _secrets: dict[str, str] = {}
 

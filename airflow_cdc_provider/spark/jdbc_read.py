@@ -14,6 +14,7 @@ from pymysql.converters import escape_item
 
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.keys import Key
+from airflow_cdc_provider.core.records import null_key_message
 from airflow_cdc_provider.sinks.types import TableSinkTypes
 from airflow_cdc_provider.source.settings import ConnectionSettings, sql_mode_without
 from airflow_cdc_provider.source.sql import quote_table, range_predicate
@@ -52,8 +53,10 @@ def range_sql(key_columns: Sequence[str], start: Key | None, end: Key | None) ->
     return literal_sql(where, params)
 
 
-def read_key_ranges(spark, settings: ConnectionSettings, types: TableSinkTypes, ranges: Sequence[tuple[Key | None, Key | None]]):
-    """A DataFrame of the rows in the given key ranges (one Spark partition per range), sink-typed."""
+def read_key_ranges(spark, settings: ConnectionSettings, types: TableSinkTypes,
+                    ranges: Sequence[tuple[Key | None, Key | None]], null_keys: str = "refuse"):
+    """A DataFrame of the rows in the given key ranges (one Spark partition per range), sink-typed. A key column
+    that reads as NULL (a zero or invalid date) fails the read (``null_keys="refuse"``), or is kept (``"keep"``)."""
     from pyspark.sql import functions as F
 
     schema = types.schema
@@ -66,5 +69,9 @@ def read_key_ranges(spark, settings: ConnectionSettings, types: TableSinkTypes, 
         src = F.col(f"__cdc_{i}")
         # temporal text that Spark cannot cast (invalid dates) becomes NULL, as the binlog decoders give
         cast = src.try_cast(t.spark) if t.try_cast else src.cast(t.spark)
+        # a key the sinks could not tell apart
+        if null_keys == "refuse" and t.try_cast and c.name in schema.key_columns and not c.nullable:
+            cast = F.when(cast.isNull(), F.raise_error(F.lit(null_key_message(
+                table, [c.name], "a row the snapshot reads")))).otherwise(cast)
         cols.append(cast.alias(c.name))
     return df.select(*cols)

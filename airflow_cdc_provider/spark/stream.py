@@ -379,7 +379,7 @@ class StreamJob:
                 sink.evolve_in_place(self.sink_versions[table], types.epoch)
         self.restart = False  # the query stopped at a table's new version: another starts with it
         # each table's definitions, in image column order: the source's tasks and the writer's reads decode with these
-        # and the definition the snapshot's chunks were read with, in whose key order the stream tells a change its chunk
+        # and the one the snapshot's chunks were read with, in whose key order the stream tells a change its chunk
         chunk_orders = chunk_order_schemas(self.store, self.versions, self.epochs)
         self.definitions = [{"table": t, "epoch": self.epochs.get(t, 0), "versions": [v.to_dict() for v in self.versions[t]],
                              "sink_versions": [v.to_dict() for v in self.sink_versions[t]],

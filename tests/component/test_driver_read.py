@@ -31,9 +31,10 @@ IMAGE = StructType([StructField("id", IntegerType()), StructField("name", String
 
 
 def reader_of(source_db, tmp_path, server_id, settings=None, name="people",
-              image=IMAGE, versions=None) -> tuple[BinlogReader, str]:
+              image=IMAGE, versions=None, chunk_order=None) -> tuple[BinlogReader, str]:
     """A stream job's reader of table ``name`` (created by the caller, or ``people`` here), with the query seed
-    the state store holds when it is set up; ``versions``: the table's definitions (default: the one it has)."""
+    the state store holds when it is set up; ``versions``: the table's definitions (default: the one it has);
+    ``chunk_order``: the definition its chunks were read with (default: the first version)."""
     if name == "people":
         source_db.execute("CREATE TABLE people (id INT PRIMARY KEY, name VARCHAR(20))")
     table = source_db.table(name)
@@ -45,6 +46,8 @@ def reader_of(source_db, tmp_path, server_id, settings=None, name="people",
                    sink=SinkConfig(type="parquet", path=str(tmp_path / "sink")), server_id=server_id)
     chain = [v.to_dict() for v in versions]
     definitions = [{"table": table, "epoch": 0, "versions": chain, "sink_versions": chain}]
+    if chunk_order is not None:
+        definitions[0]["chunk_order"] = chunk_order.to_dict()
     schema = StructType(META + [StructField("image_0", image)])
     return BinlogReader(spec.to_json(), {"source_password": source_db.settings.password}, 1, definitions, schema), table
 
@@ -140,11 +143,35 @@ def test_a_change_is_told_its_chunk_in_the_collation_its_chunks_were_planned_in(
     assert [(r["op"], r["image_0"]) for r in rows] == [("u", {"name": "C", "v": 1})]
 
 
+def test_a_stream_whose_key_is_not_the_one_the_chunks_split_is_refused_naming_the_table(source_db, tmp_path,
+                                                                                         server_id):
+    """Chunks split by a ``source.chunk_key`` since edited: their bounds are values of other columns than the keys
+    the stream reads, so no change could be told its chunk."""
+    source_db.execute("CREATE TABLE coded (id INT PRIMARY KEY, code INT NOT NULL UNIQUE, v INT)")
+    table = source_db.table("coded")
+    with source_db.connection() as conn:
+        by_code = load_schema(conn, TableId.parse(table), ("code",))
+    start = here(source_db)
+    chunks = (ChunkRange(TableId.parse(table), 0, None, (10,), start),
+              ChunkRange(TableId.parse(table), 1, (10,), None, start))
+    StateStore(tmp_path / "state").write_query_seed(StreamSeed(start, {table: TableSeed(1, chunks, start)}))
+    image = StructType([StructField("id", IntegerType()), StructField("code", IntegerType()),
+                        StructField("v", IntegerType())])
+    reader, _ = reader_of(source_db, tmp_path, server_id, name="coded", image=image, chunk_order=by_code)
+    try:
+        with pytest.raises(ValueError, match=rf"^{re.escape(table)}: its snapshot's chunks split the key \(code\), "
+                                             rf"the stream reads its key as \(id\) .* --table {re.escape(table)}\)$"):
+            reader.read_table(start, here(source_db))
+    finally:
+        reader.close()
+
+
 def test_a_change_of_a_row_keyed_by_a_zero_date_stops_the_stream_naming_table_and_column(source_db, tmp_path,
                                                                                           server_id):
     """A zero date has no value: decoded as NULL, two rows of it would be one in the sinks. The stream stops."""
     source_db.execute("CREATE TABLE days (d DATE NOT NULL, id INT NOT NULL, v INT, PRIMARY KEY (d, id))")
-    image = StructType([StructField("d", DateType()), StructField("id", IntegerType()), StructField("v", IntegerType())])
+    image = StructType([StructField("d", DateType()), StructField("id", IntegerType()),
+                        StructField("v", IntegerType())])
     reader, table = reader_of(source_db, tmp_path, server_id, name="days", image=image)
     try:
         start = here(source_db)
@@ -155,7 +182,8 @@ def test_a_change_of_a_row_keyed_by_a_zero_date_stops_the_stream_naming_table_an
             cur.execute("SET SESSION sql_mode = ''")  # a writer that lets zero dates in
             cur.execute("INSERT INTO days VALUES ('0000-00-00', 2, 0)")
             conn.commit()
-        with pytest.raises(NullKeyError, match=rf"^{re.escape(table)}: .* key column\(s\) d read as NULL .* A zero or invalid date"):
+        expected = rf"^{re.escape(table)}: a change of a row \(key \(None, 2\)\) whose key column\(s\) d read as NULL: "
+        with pytest.raises(NullKeyError, match=expected + ".* A zero or invalid date"):
             reader.read_table(middle, here(source_db))
     finally:
         reader.close()

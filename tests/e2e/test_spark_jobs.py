@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -236,3 +237,24 @@ def test_the_stream_job_starts_its_python_workers_ahead_with_the_sources_modules
     assert not warm.is_alive()
     started = workers.collect()
     assert len(started) == slots and all(w.ready for w in started), started
+
+
+def test_a_snapshot_stops_at_a_row_keyed_by_a_zero_date_naming_table_and_column(source_db, tmp_path):
+    """A zero date has no value: read as NULL, two rows of it would be one in the sinks. The snapshot task fails,
+    naming the table and the column; it reports no chunk (the snapshot cannot be collected) and the parquet sink
+    publishes nothing of its window."""
+    source_db.execute("CREATE TABLE days (d DATE NOT NULL, id INT NOT NULL, v INT, PRIMARY KEY (d, id))")
+    source_db.execute("INSERT INTO days VALUES ('2024-02-29', 1, 0), ('2024-03-01', 2, 0)")
+    with contextlib.closing(source_db.server.app_connection(source_db.name)) as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION sql_mode = ''")  # a writer that lets zero dates in
+        cur.execute("INSERT INTO days VALUES ('0000-00-00', 3, 0)")
+        conn.commit()
+    table = source_db.table("days")
+    p = Pipeline(source_db, tmp_path, parquet_sink(tmp_path), ["days"])
+    chunks = p.plan()
+    assert p.snapshot(chunks, check=False).returncode != 0
+    assert f"{table}: a row the snapshot reads whose key column(s) d read as NULL" in p.last_log("snapshot_chunk", None)
+    assert p.state.chunk_reports(table, chunks[0].epoch) == {}
+    layout = ParquetLayout(p.sink.path)
+    published = layout.storage.listdir(layout.epoch_dir(table, chunks[0].epoch))
+    assert [n for n in published if n.startswith("chunks=")] == []
