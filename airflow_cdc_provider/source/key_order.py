@@ -5,8 +5,9 @@ Numbers, dates, times and binary strings order the same in Python and in MySQL. 
 spaces. For those columns the order key is ``WEIGHT_STRING`` computed by the server in the column's
 collation. Under a PAD SPACE collation the server compares two strings as if the shorter were padded with
 spaces: ``PaddedWeight`` compares weights so, with the pad's weight asked of the server. (``AS CHAR(n)``
-padding is no way around it: it cuts the weights at ``n``, and ``ß`` alone weighs two.) Weights are fetched in
-batches and cached. ENUM keys order by their index, as MySQL does.
+padding is no way around it: it cuts the weights at ``n``, and ``ß`` alone weighs two.) A multi-level collation
+(``utf8mb4_uca1400_as_cs``) is weighed level by level, each padded so (``DatabaseKeyOrder._levels``). Weights are
+fetched in batches and cached. ENUM keys order by their index, as MySQL does.
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ from __future__ import annotations
 from functools import total_ordering
 from typing import Any, Iterable
 
+import pymysql
+
 from airflow_cdc_provider.core.keys import Key
 from airflow_cdc_provider.source.schema import Column, TableSchema, enum_values
 
 _BATCH = 500
+_LEVEL_PROBE = "Aé "  # a base letter, an accent, a case and a pad: a weight at every level a collation has
 
 
 @total_ordering
@@ -80,7 +84,7 @@ class DatabaseKeyOrder:
         self.conn = conn
         self.schema = schema
         self._kinds: list[tuple[str, Any]] = [self._kind(c) for c in schema.key]
-        self._pads: dict[int, bytes | None] = {}  # column index -> its pad's weight (None: NO PAD)
+        self._level_exprs: dict[int, list[tuple[str, bytes | None]]] = {}  # column index -> ``_levels``
         self._cache: dict[tuple[int, Any], Any] = {}
         self._cache_size = cache_size
 
@@ -90,19 +94,43 @@ class DatabaseKeyOrder:
             return ("enum", {v: i + 1 for i, v in enumerate(enum_values(col.column_type))})
         if col.is_collated_string and col.data_type != "set":
             nopad = "nopad" in (col.collation or "").lower()
-            expr = f"WEIGHT_STRING(CONVERT(%s USING {col.charset}) COLLATE {col.collation})"
+            expr = f"WEIGHT_STRING(CONVERT(%s USING {col.charset}) COLLATE {col.collation}{{}})"  # {}: LEVEL k
             return ("weight", (expr, nopad))
         return ("native", None)
 
-    def _pad(self, i: int, expr: str, nopad: bool) -> bytes | None:
-        if i not in self._pads:
-            if nopad:
-                self._pads[i] = None
+    def _weight(self, expr: str, value: str) -> bytes:
+        with self.conn.cursor() as cur:
+            cur.execute(f"SELECT {expr}", (value,))
+            return bytes(cur.fetchone()[0])
+
+    def _levels(self, i: int, expr: str, nopad: bool) -> list[tuple[str, bytes | None]]:
+        """The column's collation levels: each level's weight expression and the space's weight at that level
+        (None: the level compares NO PAD, as bytes). Most collations have one level. MariaDB's multi-level ones
+        (``utf8mb4_uca1400_as_cs``: base letters, then accents, then case) run the levels together in one weight
+        and compare level by level, each as if padded with the space's weight at that level; a NO PAD one pads
+        every level but the first. The levels are found as those whose ``LEVEL k`` weights, run together, are
+        the whole weight (a single-level collation ignores ``LEVEL``)."""
+        if i not in self._level_exprs:
+            whole, found, levels = self._weight(expr.format(""), _LEVEL_PROBE), b"", []
+            for k in range(1, 7):
+                try:
+                    w = self._weight(expr.format(f" LEVEL {k}"), _LEVEL_PROBE)
+                except pymysql.err.ProgrammingError:  # MySQL 8 has no LEVEL: its weights hold level separators
+                    levels = [expr.format("")]
+                    break
+                if w:
+                    levels.append(expr.format(f" LEVEL {k}"))
+                found += w
+                if found == whole:
+                    break
             else:
-                with self.conn.cursor() as cur:
-                    cur.execute(f"SELECT {expr}", (" ",))
-                    self._pads[i] = bytes(cur.fetchone()[0])
-        return self._pads[i]
+                raise ValueError(f"{self.schema.table}: the weights of key column {self.schema.key[i].name}'s "
+                                 f"collation {self.schema.key[i].collation} do not split into levels")
+            if len(levels) == 1:
+                levels = [expr.format("")]
+            self._level_exprs[i] = [(e, None if nopad and n == 0 else self._weight(e, " ") or None)
+                                    for n, e in enumerate(levels)]
+        return self._level_exprs[i]
 
     @property
     def needs_database(self) -> bool:
@@ -119,18 +147,21 @@ class DatabaseKeyOrder:
         for i, (kind, data) in enumerate(self._kinds):
             if kind != "weight":
                 continue
-            expr, nopad = data
-            pad = self._pad(i, expr, nopad)
+            levels = self._levels(i, *data)
+            exprs = [e for e, _ in levels]
             todo = list(dict.fromkeys(k[i] for k in keys if (i, k[i]) not in self._cache))
             for off in range(0, len(todo), _BATCH):
                 part = todo[off : off + _BATCH]
                 with self.conn.cursor() as cur:
-                    cur.execute("SELECT " + ", ".join([expr] * len(part)), part)
+                    cur.execute("SELECT " + ", ".join(exprs * len(part)), [v for v in part for _ in exprs])
                     weights = cur.fetchone()
                 if len(self._cache) + len(part) > self._cache_size:
                     self._cache.clear()
-                for value, w in zip(part, weights, strict=True):
-                    self._cache[(i, value)] = bytes(w) if pad is None else PaddedWeight(bytes(w), pad)
+                n = len(levels)
+                for j, value in enumerate(part):
+                    ws = [bytes(w) if pad is None else PaddedWeight(bytes(w), pad)
+                          for w, (_, pad) in zip(weights[j * n:(j + 1) * n], levels, strict=True)]
+                    self._cache[(i, value)] = ws[0] if n == 1 else tuple(ws)
 
     def __call__(self, key: Key) -> tuple:
         out = []

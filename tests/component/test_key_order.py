@@ -2,7 +2,8 @@
 ``chunk_locator`` over ``DatabaseKeyOrder`` is the chunk whose SQL range holds its row, and a change of such a
 row after a chunk's SELECT is in the chunk read. Expanding characters (``ß`` weighs as ``ss``, ``ä`` as ``ae``
 under german2) and characters below the space (which PAD SPACE collations order before a shorter string) are
-where a weight compared naively differs from the server's order."""
+where a weight compared naively differs from the server's order; so are multi-level collations (``_as_cs``), whose
+weight runs its levels together."""
 
 from __future__ import annotations
 
@@ -28,6 +29,14 @@ CASES = [
     ("VARCHAR(4) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin", ["a\t", "a", "a\x01", "a b", "a\tb", "b", "c"], "a\t"),
     ("VARCHAR(4) CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_nopad_ci", ["a\t", "a", "a ", "a b", "b", "c", "d"],
      "a"),
+    # multi-level: base letters, then accents, then case, each level padded with the space's weight at that level
+    ("VARCHAR(4) CHARACTER SET utf8mb4 COLLATE utf8mb4_uca1400_as_cs", ["a\t", "a", "A", "á", "a b", "aB", "b"], "a\t"),
+    ("VARCHAR(4) CHARACTER SET utf8mb4 COLLATE utf8mb4_uca1400_as_ci", ["a\t", "a", "á", "á\t", "a b", "ab", "b"],
+     "a\t"),
+    ("VARCHAR(4) CHARACTER SET utf8mb4 COLLATE utf8mb4_uca1400_ai_cs", ["a\t", "a", "A", "A\t", "a b", "ab", "b"],
+     "A"),
+    ("VARCHAR(4) CHARACTER SET utf8mb4 COLLATE utf8mb4_uca1400_nopad_ai_cs", ["e", "e\t", "E", "éa", "eb", "Eb", "f"],
+     "E"),
 ]
 
 
@@ -91,3 +100,24 @@ def test_spark_chunk_predicates_hold_the_splitters_rows_under_no_backslash_escap
         with source_db.server.root_connection() as root, root.cursor() as cur:
             cur.execute("SET GLOBAL sql_mode = REPLACE(@@GLOBAL.sql_mode, ',NO_BACKSLASH_ESCAPES', '')")
     assert sorted(k for chunk in chunks for k, in rows_of(source_db, schema, chunk)) == sorted(keys)
+
+
+PAIRS = [("a ", "a"), ("a\t", "a"), ("é", "e"), ("A", "a"), ("á", "a"), ("  ", ""), ("Aé", "Ae"), ("a\x01", "a"),
+         ("á ", "a"), ("ß", "ss"), ("aB", "ab ")]
+
+
+@pytest.mark.parametrize("collation", ["utf8mb4_uca1400_as_cs", "utf8mb4_uca1400_as_ci", "utf8mb4_uca1400_ai_cs",
+                                       "utf8mb4_uca1400_nopad_ai_cs", "utf8mb4_uca1400_nopad_as_cs",
+                                       "utf8mb4_general_ci", "utf8mb4_unicode_nopad_ci"])
+def test_keys_compare_as_the_server_compares_them(source_db, collation):
+    """``<`` and ``=`` of two keys in Python, as the server says them: trailing spaces, characters below the space,
+    accents and case, at every level of a multi-level collation (a key from the binlog with a trailing space is the
+    chunk bound without it)."""
+    source_db.execute(f"CREATE TABLE t (k VARCHAR(8) CHARACTER SET utf8mb4 COLLATE {collation} PRIMARY KEY)")
+    with source_db.connection() as conn, conn.cursor() as cur:
+        order = DatabaseKeyOrder(conn, load_schema(conn, TableId(source_db.name, "t")))
+        for a, b in PAIRS:
+            e = f"CONVERT(%s USING utf8mb4) COLLATE {collation}"
+            cur.execute(f"SELECT {e} < {e}, {e} = {e}", (a, b, a, b))
+            lt, eq = cur.fetchone()
+            assert (order((a,)) < order((b,)), order((a,)) == order((b,))) == (bool(lt), bool(eq)), (a, b)
