@@ -93,9 +93,8 @@ class DatabaseKeyOrder:
         if col.data_type == "enum":
             return ("enum", {v: i + 1 for i, v in enumerate(enum_values(col.column_type))})
         if col.is_collated_string and col.data_type != "set":
-            nopad = "nopad" in (col.collation or "").lower()
-            expr = f"WEIGHT_STRING(CONVERT(%s USING {col.charset}) COLLATE {col.collation}{{}})"  # {}: LEVEL k
-            return ("weight", (expr, nopad))
+            collated = f"CONVERT(%s USING {col.charset}) COLLATE {col.collation}"
+            return ("weight", (f"WEIGHT_STRING({collated}{{}})", collated))  # {}: a LEVEL clause, or none
         return ("native", None)
 
     def _weight(self, expr: str, value: str) -> bytes:
@@ -103,14 +102,18 @@ class DatabaseKeyOrder:
             cur.execute(f"SELECT {expr}", (value,))
             return bytes(cur.fetchone()[0])
 
-    def _levels(self, i: int, expr: str, nopad: bool) -> list[tuple[str, bytes | None]]:
+    def _levels(self, i: int, expr: str, collated: str) -> list[tuple[str, bytes | None]]:
         """The column's collation levels: each level's weight expression and the space's weight at that level
         (None: the level compares NO PAD, as bytes). Most collations have one level. MariaDB's multi-level ones
         (``utf8mb4_uca1400_as_cs``: base letters, then accents, then case) run the levels together in one weight
         and compare level by level, each as if padded with the space's weight at that level; a NO PAD one pads
         every level but the first. The levels are found as those whose ``LEVEL k`` weights, run together, are
-        the whole weight (a single-level collation ignores ``LEVEL``)."""
+        the whole weight (a single-level collation ignores ``LEVEL``). Whether the collation is NO PAD is asked of
+        the server (``'a' = 'a '``), not read from its name: MySQL 8's ``utf8mb4_0900_*`` are NO PAD unnamed."""
         if i not in self._level_exprs:
+            with self.conn.cursor() as cur:
+                cur.execute(f"SELECT {collated} = {collated}", ("a", "a "))
+                nopad = not cur.fetchone()[0]
             whole, found, levels = self._weight(expr.format(""), _LEVEL_PROBE), b"", []
             for k in range(1, 7):
                 try:
