@@ -131,6 +131,5 @@ def _check_ascending(table: TableId, info: TableSplitInfo) -> None:
         if not a < b:
             raise ChunkOrderError(
                 f"{table}: its snapshot's chunk bounds do not ascend in the order the stream compares its keys in: "
-                f"the table's key does not order as when its "
-                f"chunks were planned (a key column's collation or type changed). Re-snapshot the table "
-                f"(airflow-cdc resnapshot <pipeline.yaml> --table {table})")
+                f"the table's key does not order as when its chunks were planned (a key column's collation or type "
+                f"changed). Re-snapshot the table (airflow-cdc resnapshot <pipeline.yaml> --table {table})")

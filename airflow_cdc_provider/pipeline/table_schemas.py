@@ -119,6 +119,6 @@ def chunk_order_schemas(store: StateStore, versions: Mapping[str, list[TableVers
     collation, and the chunk bounds split the keys only in the order they were planned in."""
     out = {}
     for name, chain in versions.items():
-        recorded = store.table_versions(name, int(epochs.get(name, 0)))
-        out[name] = (recorded or chain)[0].schema
+        base = store.table_base(name, int(epochs.get(name, 0)))
+        out[name] = (base or chain[0]).schema
     return out

@@ -54,9 +54,9 @@ def range_sql(key_columns: Sequence[str], start: Key | None, end: Key | None) ->
 
 
 def read_key_ranges(spark, settings: ConnectionSettings, types: TableSinkTypes,
-                    ranges: Sequence[tuple[Key | None, Key | None]], null_keys: str = "refuse"):
+                    ranges: Sequence[tuple[Key | None, Key | None]], refuse_null_keys: bool = True):
     """A DataFrame of the rows in the given key ranges (one Spark partition per range), sink-typed. A key column
-    that reads as NULL (a zero or invalid date) fails the read (``null_keys="refuse"``), or is kept (``"keep"``)."""
+    that reads as NULL (a zero or invalid date) fails the read, unless ``refuse_null_keys`` is false."""
     from pyspark.sql import functions as F
 
     schema = types.schema
@@ -70,7 +70,7 @@ def read_key_ranges(spark, settings: ConnectionSettings, types: TableSinkTypes,
         # temporal text that Spark cannot cast (invalid dates) becomes NULL, as the binlog decoders give
         cast = src.try_cast(t.spark) if t.try_cast else src.cast(t.spark)
         # a key the sinks could not tell apart
-        if null_keys == "refuse" and t.try_cast and c.name in schema.key_columns and not c.nullable:
+        if refuse_null_keys and t.try_cast and c.name in schema.key_columns and not c.nullable:
             cast = F.when(cast.isNull(), F.raise_error(F.lit(null_key_message(
                 table, [c.name], "a row the snapshot reads")))).otherwise(cast)
         cols.append(cast.alias(c.name))

@@ -110,7 +110,7 @@ def _compare_rows(spark, settings: ConnectionSettings, sink, types: TableSinkTyp
     schema = types.schema
     keys = list(schema.key_columns)
     names = schema.column_names
-    src = read_key_ranges(spark, settings, types, ranges, null_keys="keep")  # a NULL key is a difference
+    src = read_key_ranges(spark, settings, types, ranges, refuse_null_keys=False)  # a NULL key is a difference
     src = src.select(*cols(keys), F.spark_partition_id().alias("__chunk"),
                      _row_hash(src, names).alias("__hs"))
     snk = sink.current_state(types)

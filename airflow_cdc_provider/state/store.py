@@ -255,14 +255,18 @@ class StateStore:
         """The table's definitions for the stream in snapshot epoch ``epoch``, in binlog order, numbered from 0
         (the base); [] when no stream has set the base yet."""
         rel = self._definition_rel(table, epoch)
-        base = self.read_json(f"{rel}/base.json")
+        base = self.table_base(table, epoch)
         if base is None:
             return []
         later = [TableVersion.from_dict(self.read_json(f"{rel}/{n}")) for n in self.storage.listdir(rel)
                  if n.endswith(".json") and n not in ("base.json", "mixed.json")]
         later.sort(key=lambda v: v.position.sort_key)
-        versions = [TableVersion.from_dict(base)] + later
-        return [replace(v, number=i) for i, v in enumerate(versions)]
+        return [replace(v, number=i) for i, v in enumerate([base] + later)]
+
+    def table_base(self, table: str, epoch: int) -> TableVersion | None:
+        """The definition the stream starts the epoch with (version 0), None when none is set yet."""
+        base = self.read_json(f"{self._definition_rel(table, epoch)}/base.json")
+        return None if base is None else TableVersion.from_dict(base)
 
     def write_table_base(self, table: str, epoch: int, version: TableVersion) -> TableVersion:
         """Set the definition the stream starts the epoch with, unless one is set (returned then)."""
