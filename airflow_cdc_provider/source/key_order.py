@@ -77,6 +77,15 @@ def order_signature(schema: TableSchema) -> tuple[str, ...]:
     return tuple(out)
 
 
+def pads_spaces(conn: Any, col: Column) -> bool:
+    """Whether the server compares the string column's values as if padded with spaces (``'a' = 'a '``), asked of
+    it rather than read from the collation's name: MySQL 8's ``utf8mb4_0900_*`` collations are NO PAD unnamed."""
+    collated = f"CONVERT(%s USING {col.charset}) COLLATE {col.collation}"
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT {collated} = {collated}", ("a", "a "))
+        return bool(cur.fetchone()[0])
+
+
 class DatabaseKeyOrder:
     """Callable: ``order(key)`` -> a tuple whose Python order equals the server's order of keys."""
 
@@ -109,11 +118,9 @@ class DatabaseKeyOrder:
         and compare level by level, each as if padded with the space's weight at that level; a NO PAD one pads
         every level but the first. The levels are found as those whose ``LEVEL k`` weights, run together, are
         the whole weight (a single-level collation ignores ``LEVEL``). Whether the collation is NO PAD is asked of
-        the server (``'a' = 'a '``), not read from its name: MySQL 8's ``utf8mb4_0900_*`` are NO PAD unnamed."""
+        the server (``pads_spaces``)."""
         if i not in self._level_exprs:
-            with self.conn.cursor() as cur:
-                cur.execute(f"SELECT {collated} = {collated}", ("a", "a "))
-                nopad = not cur.fetchone()[0]
+            nopad = not pads_spaces(self.conn, self.schema.key[i])
             whole, found, levels = self._weight(expr.format(""), _LEVEL_PROBE), b"", []
             for k in range(1, 7):
                 try:

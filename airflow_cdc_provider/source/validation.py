@@ -49,6 +49,7 @@ from airflow_cdc_provider.source.schema import (
     list_tables,
     load_schema,
 )
+from airflow_cdc_provider.source.key_order import pads_spaces
 from airflow_cdc_provider.source.server import ServerInfo, SourceError, prepared_xa_transactions, server_info, variables
 from airflow_cdc_provider.source.sql import display_table, quote_table, unquote_ident
 from airflow_cdc_provider.source.values import CHARSET_CODECS, UNSUPPORTED_CHARSET, string_codec
@@ -225,10 +226,25 @@ def _unusable_key_type(col) -> str | None:
     if col.data_type == "float":
         return ("which a SELECT prints to 6 significant digits while the binlog holds its exact value, so a row and "
                 "its later changes would have different keys")
-    if col.data_type == "char" and "nopad" in (col.collation or "").lower():
-        return ("whose values the table stores padded with spaces, which a NO PAD collation compares and a SELECT "
-                "strips, so chunks would be looked up by other values than the server's")
     return None
+
+
+def _key_type_problem(table: TableId, col, why: str) -> str:
+    return (f"chunk key column {col.name!r} of table {str(table)!r} has type {col.column_type}"
+            f"{' COLLATE ' + col.collation if col.data_type == 'char' and col.collation else ''}, {why}: set "
+            "source.chunk_key to a unique NOT NULL key of other types for this table, or leave the table out of "
+            "source.tables")
+
+
+def check_char_key_padding(conn: Any, schema: TableSchema) -> list[str]:
+    """A CHAR chunk key column stores its values padded with spaces, which a SELECT strips; under a collation that
+    does not pad (NO PAD) the server compares the stored values, so chunks would be looked up by other values than
+    the server's. Whether the collation pads is asked of the server (``pads_spaces``)."""
+    return [_key_type_problem(schema.table, col, "whose values the table stores padded with spaces, which a NO PAD "
+                              "collation compares and a SELECT strips, so chunks would be looked up by other values "
+                              "than the server's")
+            for col in schema.key if col.data_type == "char" and col.collation
+            and _COLLATION_NAME.fullmatch(col.collation) and not pads_spaces(conn, col)]
 
 
 def check_enum_key_order(conn: Any, schema: TableSchema) -> list[str]:
@@ -296,12 +312,7 @@ def check_chunk_key(schema: TableSchema, keys: Sequence[UniqueKey] | None = None
     for col in schema.key:
         why = _unusable_key_type(col)
         if why:
-            problems.append(
-                f"chunk key column {col.name!r} of table {table!r} has type {col.column_type}"
-                f"{' COLLATE ' + col.collation if col.data_type == 'char' and col.collation else ''}, {why}: set "
-                "source.chunk_key to a unique NOT NULL key of other types for this table, or leave the table out "
-                "of source.tables"
-            )
+            problems.append(_key_type_problem(schema.table, col, why))
     if keys is None or any(set(k.columns) <= set(schema.key_columns) for k in keys):
         return problems
     key = schema.key_columns
@@ -451,7 +462,7 @@ def validate_source(
         table_problems = (check_table_access(conn, schema) + check_chunk_key(schema, unique_keys(conn, table))
                           + check_columns(schema, info) + check_generated_columns(conn, schema)
                           + check_foreign_key_actions(conn, table)
-                          + check_enum_key_order(conn, schema))
+                          + check_enum_key_order(conn, schema) + check_char_key_padding(conn, schema))
         problems += table_problems
         if not table_problems:
             schemas.append(schema)

@@ -248,10 +248,13 @@ def test_chunk_keys_a_unique_index_or_the_primary_key_covers_are_accepted(source
     ("FLOAT", "float", "which a SELECT prints to 6 significant digits while the binlog holds its exact value"),
     ("CHAR(4) COLLATE utf8mb4_nopad_bin", "char(4) COLLATE utf8mb4_nopad_bin",
      "whose values the table stores padded with spaces, which a NO PAD collation compares"),
+    ("CHAR(4) CHARACTER SET utf8mb4 COLLATE utf8mb4_uca1400_nopad_as_cs", "char(4) COLLATE utf8mb4_uca1400_nopad_as_cs",
+     "whose values the table stores padded with spaces, which a NO PAD collation compares"),
 ])
 def test_chunk_key_types_whose_rows_would_land_in_the_wrong_chunk_are_refused(source_db, definition, shown, why):
     """A BIT bound binds as a binary string the range scan misses rows by; a FLOAT's SELECT text is rounded; a
-    NO PAD CHAR's stored padding is stripped by the SELECT: rows would be in no chunk, or in another one."""
+    NO PAD CHAR's stored padding is stripped by the SELECT (whether a collation pads is asked of the server): rows
+    would be in no chunk, or in another one."""
     source_db.execute(f"CREATE TABLE k (k {definition} NOT NULL PRIMARY KEY, n INT NOT NULL UNIQUE)")
     name = source_db.table("k")
     found = problems(source_db.settings, [name])
