@@ -73,8 +73,8 @@ from airflow_cdc_provider.state.store import table_dir_name
 
 log = logging.getLogger("airflow_cdc.delta")
 
-# the smallest and largest value (both included) of a table's first key column among some rows, of a type whose
-# statistics bound it (``orderable_key``)
+# the smallest and largest value (both included) of a table's bounding key column (``bounding_key``) among some
+# rows
 KeyRange = tuple[Any, Any]
 
 DELETED = "_cdc_deleted"  # a tombstone: the key is gone as of the row's version
@@ -338,12 +338,13 @@ def within(source: Callable[[Any], Any], key: str, key_range: KeyRange) -> Calla
 
 def target_cuts(dt, key: str, key_range: KeyRange, max_rows: int) -> list:
     """Where to cut ``key_range`` (ascending keys: a piece starts at each) so that the files of ``dt`` whose
-    smallest ``key`` in the range falls in a piece, by their statistics of ``key`` (a table's first key column,
-    of an ``orderable_key`` type), hold about ``max_rows`` rows at most (a file holding more makes a piece alone; a
-    file spanning a cut is read by each piece it meets, though counted in one). A cut falls only where a file
-    starts, so one value of a composite key's first column held by more rows stays in one piece. No cut when the
-    files hold fewer rows in all, or when a file states no range of ``key`` (every MERGE would read it anyway).
-    The statistics only place the cuts: a truncated string statistic makes a piece larger, never wrong."""
+    smallest ``key`` in the range falls in a piece, by their statistics of ``key`` (a table's ``bounding_key``),
+    hold about ``max_rows`` rows at most (a file holding more makes a piece alone; a file spanning a cut is read
+    by each piece it meets, though counted in one). A cut falls only where a file starts, so one value of the
+    column held by the rows of several keys stays in one piece. No cut when the files hold fewer rows in all,
+    when a file states no range of ``key`` (every MERGE would read it anyway), or when a piece would meet nearly
+    all the files anyway. The statistics only place the cuts: a truncated string statistic makes a piece
+    larger, never wrong."""
     import pyarrow as pa
 
     lo, hi = key_range
@@ -355,16 +356,25 @@ def target_cuts(dt, key: str, key_range: KeyRange, max_rows: int) -> list:
                 return []
             continue
         if high >= lo and low <= hi:
-            spans.append((max(low, lo), rows))
-    if sum(r for _, r in spans) <= max_rows:
+            spans.append((max(low, lo), min(high, hi), rows))
+    total = sum(r for _, _, r in spans)
+    if total <= max_rows:
         return []
     cuts: list = []
     held = 0
-    for start, rows in sorted(spans):
+    for start, _, rows in sorted(spans):
         if held and held + rows > max_rows and start > (cuts[-1] if cuts else lo):
             cuts.append(start)
             held = 0
         held += rows
+
+    def read(start, end) -> int:  # the rows of the files a piece from ``start`` to before ``end`` meets
+        return sum(r for low, high, r in spans if (end is None or low < end) and high >= start)
+
+    # where a piece would meet nearly all the files anyway (a column they do not hold in ranges), pieces hold no
+    # less in memory than one MERGE, and read the files again and again
+    if cuts and max(read(a, b) for a, b in zip([lo, *cuts], [*cuts, None])) >= 0.9 * total:
+        return []
     return cuts
 
 
@@ -448,7 +458,7 @@ def swept_clause(tags: list[str]) -> str:
 
 
 def orderable_key(arrow_type) -> bool:
-    """Whether a first key column of ``arrow_type`` bounds a MERGE's keys (its ON clause and pieces): integers,
+    """Whether a key column of ``arrow_type`` bounds a MERGE's keys (its ON clause and pieces): integers,
     strings, dates and decimals without a fraction that every writer states exactly (``states_exactly``), which
     the files' statistics, pyarrow and delta-rs's SQL order alike (strings by their bytes). Not decimals with a
     fraction: delta-rs 1.6.6's conflict check reads such a bound as its unscaled integer (5.00 as 500), so a
@@ -458,6 +468,14 @@ def orderable_key(arrow_type) -> bool:
     return (pa.types.is_integer(arrow_type) or pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
             or pa.types.is_date32(arrow_type)
             or (pa.types.is_decimal(arrow_type) and arrow_type.scale == 0 and states_exactly(arrow_type)))
+
+
+def bounding_key(schema, keys: list[str]) -> str | None:
+    """The key column that bounds a MERGE's keys (its ON clause, its pieces, delta-rs's file pruning and conflict
+    check): the first of ``keys`` of an ``orderable_key`` type in ``schema`` (Arrow), None if none is. Rows of one
+    key are equal in every key column, so any of them bounds the rows a MERGE may match: a key led by a DATETIME
+    (``(created_at, id)``) is bounded by its integer, which the table's files mostly hold in ranges too."""
+    return next((k for k in keys if orderable_key(schema.field(k).type)), None)
 
 
 def key_literal(value, arrow_type) -> str:
@@ -490,14 +508,14 @@ def stated_key(value, arrow_type):
 
 
 def first_key_range(rows, keys: list[str]) -> KeyRange | None:
-    """The smallest and largest value of ``rows``'s (a pyarrow Table) first key column, when it is of an
-    ``orderable_key`` type; None otherwise. Rows of equal keys have equal first columns, so it bounds a
-    composite key's too."""
+    """The smallest and largest value of ``rows``'s (a pyarrow Table) ``bounding_key`` column; None when no key
+    column bounds."""
     import pyarrow.compute as pc
 
-    if not keys or not rows.num_rows or not orderable_key(rows.schema.field(keys[0]).type):
+    key = bounding_key(rows.schema, keys) if keys and rows.num_rows else None
+    if key is None:
         return None
-    bounds = pc.min_max(rows[keys[0]]).as_py()
+    bounds = pc.min_max(rows[key]).as_py()
     return None if bounds["min"] is None else (bounds["min"], bounds["max"])
 
 
@@ -524,13 +542,14 @@ def span(*ranges: KeyRange | None) -> KeyRange | None:
 
 
 def dataset_key_range(dataset, keys: list[str]) -> KeyRange | None:
-    """``first_key_range`` of a pyarrow dataset's rows, reading only the first key column."""
+    """``first_key_range`` of a pyarrow dataset's rows, reading only the bounding key column."""
     import pyarrow as pa
 
-    if not orderable_key(dataset.schema.field(keys[0]).type):
+    key = bounding_key(dataset.schema, keys)
+    if key is None:
         return None
-    return span(*(first_key_range(pa.Table.from_batches([b]), keys)
-                  for b in dataset.to_batches(columns=[keys[0]], batch_size=1 << 20)))
+    return span(*(first_key_range(pa.Table.from_batches([b]), [key])
+                  for b in dataset.to_batches(columns=[key], batch_size=1 << 20)))
 
 
 class DeltaLayout:
@@ -825,7 +844,7 @@ class DeltaSink(FileSink):
         applied only if newer than the stored row (inserted only if newer than the last truncate or drop), in
         one commit carrying the application transaction ``app`` = (id, version). None if ``app`` was committed
         already. ``snapshot``: the rows also take over ``_cdc_chunk`` (a stream change leaves it, so a retried
-        chunk's tombstones never take a row the stream wrote). ``key_range``: the smallest and largest first key
+        chunk's tombstones never take a row the stream wrote). ``key_range``: the smallest and largest bounding key
         column of the rows (``first_key_range``), which lets delta-rs read only the files that may hold them, and
         lets commits of disjoint ranges (parallel snapshot windows) pass each other without a conflict.
         ``take_over``: a snapshot row of a live row's very version takes it over (its chunk); False for changes
@@ -836,7 +855,7 @@ class DeltaSink(FileSink):
         (``target_cuts``) holding some of them (delta-rs reads every row of the files a MERGE may touch), only the
         last carrying ``app``: a replay after a kill between them finds the earlier ones' rows not older and
         leaves them."""
-        pieces = self._merge_pieces(table, keys, source, key_range, app)
+        key, pieces = self._merge_pieces(table, keys, source, key_range, app)
         if not pieces:
             log.info("%s: %s already committed (%s); skipped", table, what, app[0])
             return None
@@ -844,7 +863,7 @@ class DeltaSink(FileSink):
             return self._merge_one(table, keys, source, app, what, snapshot, key_range, take_over, swept)
         metrics = None
         for n, piece in enumerate(pieces, 1):
-            metrics = self._merge_one(table, keys, within(source, keys[0], piece), app if n == len(pieces) else None,
+            metrics = self._merge_one(table, keys, within(source, key, piece), app if n == len(pieces) else None,
                                       f"{what} (part {n} of {len(pieces)})", snapshot, piece, take_over, swept)
         return metrics
 
@@ -872,9 +891,10 @@ class DeltaSink(FileSink):
             on = [f"t.{ident(k)} = s.{ident(k)}" for k in keys]
             schema = self._arrow_schema(dt)
             if key_range is not None:
-                key_type = schema.field(keys[0]).type
-                on += [f"t.{ident(keys[0])} >= {key_literal(key_range[0], key_type)}",
-                       f"t.{ident(keys[0])} <= {key_literal(key_range[1], key_type)}"]
+                key = bounding_key(schema, keys)
+                key_type = schema.field(key).type
+                on += [f"t.{ident(key)} >= {key_literal(key_range[0], key_type)}",
+                       f"t.{ident(key)} <= {key_literal(key_range[1], key_type)}"]
             merger = dt.merge(source(schema), " AND ".join(on), source_alias="s", target_alias="t",
                               commit_properties=props)
             newer = older_than("t", "s")
@@ -896,24 +916,26 @@ class DeltaSink(FileSink):
         return committing(f"{table}: {what}", attempt)
 
     def _merge_pieces(self, table: str, keys: list[str], source: Callable[[Any], Any],
-                      key_range: KeyRange | None, app: tuple[str, int] | None) -> list[KeyRange | None]:
-        """The key ranges of ``_merge``'s MERGEs: for each piece of ``key_range`` between ``target_cuts`` that holds
-        some of the rows, the smallest and largest first key column of those (together, every row once); or just
-        ``key_range``; none when ``app`` is committed already (a replay, whose pieces before the last would
-        otherwise run again for nothing)."""
+                      key_range: KeyRange | None, app: tuple[str, int] | None
+                      ) -> tuple[str | None, list[KeyRange | None]]:
+        """The bounding key column and the key ranges of ``_merge``'s MERGEs: for each piece of ``key_range``
+        between ``target_cuts`` that holds some of the rows, the smallest and largest bounding key column of those
+        (together, every row once); or just ``key_range``; none when ``app`` is committed already (a replay, whose
+        pieces before the last would otherwise run again for nothing)."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
         dt = self.open_table(table) if key_range is not None else None
         if dt is None:
-            return [key_range]
+            return None, [key_range]
         if committed_before(dt, app) is not None:
-            return []
-        cuts = target_cuts(dt, keys[0], key_range, MERGE_TARGET_ROWS)
-        if not cuts:
-            return [key_range]
+            return None, []
         schema = self._arrow_schema(dt)
-        values = pa.chunked_array([b.column(keys[0]) for b in source(schema)], schema.field(keys[0]).type)
+        key = bounding_key(schema, keys)
+        cuts = target_cuts(dt, key, key_range, MERGE_TARGET_ROWS)
+        if not cuts:
+            return key, [key_range]
+        values = pa.chunked_array([b.column(key) for b in source(schema)], schema.field(key).type)
         pieces = []
         for low, high in zip([None, *cuts], [*cuts, None]):
             held = values
@@ -924,14 +946,14 @@ class DeltaSink(FileSink):
             bounds = pc.min_max(held).as_py()
             if bounds["min"] is not None:
                 pieces.append((bounds["min"], bounds["max"]))
-        return pieces or [key_range]
+        return key, pieces or [key_range]
 
     def _merge_retried(self, table: str, keys: list[str], source: Callable[[Any], Any],
                        app: tuple[str, int] | None, what: str, epoch: int, retried: set[int],
                        low_watermark: Version) -> None:
         """``_merge`` of a window with ``retried`` chunks (its rows as snapshot rows): the rows of those chunks an
         earlier attempt wrote and the window lacks become tombstones in the same MERGE (``retried_tombstones``),
-        bounded by the first key column of the rows and the tombstones together. Then the same search once more:
+        bounded by the bounding key column of the rows and the tombstones together. Then the same search once more:
         an attempt thought dead may have committed such rows meanwhile, which a further MERGE makes tombstones."""
         import pyarrow as pa
 
@@ -973,7 +995,7 @@ class DeltaSink(FileSink):
         return pa.schema(dt.schema().to_arrow())
 
     def _key_range(self, staged: str, types) -> KeyRange | None:
-        """The smallest and largest first key column of the staged rows (``first_key_range``)."""
+        """The smallest and largest bounding key column of the staged rows (``first_key_range``)."""
         if not self.layout.parquet_files(staged):
             return None
         return dataset_key_range(self.layout.dataset(staged), list(types.schema.key_columns))
@@ -1587,7 +1609,7 @@ class WrittenDeltaWindow:
     def _merge_files(self, files, app: tuple[str, int] | None, what: str) -> None:
         """MERGE the rows of the window's ``files``, in pieces of at most ``MERGE_PIECE_ROWS`` rows (files of
         neighbouring key ranges, for a single integer key): delta-rs holds a MERGE's source rows in memory. Only
-        the last piece's commit carries ``app``. Each MERGE is bounded by its rows' range of the first key column
+        the last piece's commit carries ``app``. Each MERGE is bounded by its rows' range of the bounding key column
         (by the files' statistics of an integer key, else read from the rows: ``first_key_range``), which
         ``DeltaSink._merge`` cuts further by the table's files. Retried chunks: all the files in one
         ``DeltaSink._merge_retried``, whose tombstones are the earlier attempt's rows none of them holds."""

@@ -821,6 +821,47 @@ def test_a_composite_key_led_by_a_string_merges_in_pieces_of_its_first_column(tm
                            for n in range(30)}, changes, 4)
 
 
+def test_a_key_led_by_a_datetime_merges_in_pieces_of_its_integer_column(tmp_path, monkeypatch):
+    """A table keyed by (a DATETIME, an integer), the usual key of an event table: a DATETIME bounds no MERGE
+    (``orderable_key``), but rows of one key share the integer too, so the integer bounds each MERGE and cuts it
+    in pieces of the files' ranges, as a key it led would. Without it every MERGE would read the whole table.
+    Where the files hold no ranges of it, there are no pieces: one would read every file anyway."""
+    import airflow_cdc_provider.sinks.delta as delta
+    from airflow_cdc_provider.sinks.delta import target_cuts
+
+    t = StreamTable(tmp_path, [("at", "datetime", pa.timestamp("us")), ("n", "int", pa.int32()),
+                               ("v", "varchar", pa.string())], ("at", "n"))
+    moments = [dt.datetime(2024, 1, 1, h) for h in (9, 0, 23)]  # every file holds all three: no range of its own
+    for b in range(4):  # one file each, of 3 moments x 30 numbers: n in [0, 29], [30, 59], ...
+        t.batch(b, [({"at": at, "n": n, "v": "a"}, False) for at in moments for n in range(30 * b, 30 * b + 30)])
+    assert target_cuts(DeltaTable(t.uri), "n", (0, 119), 100) == [30, 60, 90]
+
+    monkeypatch.setattr(delta, "MERGE_TARGET_ROWS", 100)
+    before = DeltaTable(t.uri).version()
+    changes = [({"at": moments[0], "n": 3, "v": "b"}, False), ({"at": moments[2], "n": 65, "v": None}, True),
+               ({"at": moments[1], "n": 100, "v": "b"}, False),
+               ({"at": dt.datetime(2025, 1, 1), "n": 1000, "v": "new"}, False)]  # nothing of [30, 59]
+    t.batch(4, changes)
+    commits = t.commits_since(before)
+    assert [c["airflow_cdc"] for c in commits] == [f"stream batch 4 (part {n} of 3)" for n in range(1, 4)]
+    assert t.txns_since(before) == [4], "only the last piece carries the batch's transaction"
+    predicates = [c["operationParameters"]["mergePredicate"] for c in commits]
+    assert all(re.search(r"t\.n >= \d+ AND t\.n <= \d+$", on) for on in predicates), predicates
+    # each piece reads only the file its rows' numbers may be in
+    assert [int(c["operationMetrics"]["num_target_files_scanned"]) for c in commits] == [1, 1, 1], commits
+
+    t.assert_applied_once({(at, n): {"v": "a", "_cdc_deleted": False} for at in moments for n in range(120)},
+                          changes, 4)
+
+    # numbers the files do not hold in ranges (file b holds those equal to b modulo 4): the last piece would read
+    # every file, so there is no cut
+    spread = StreamTable(tmp_path / "spread", [("at", "datetime", pa.timestamp("us")), ("n", "int", pa.int32()),
+                                               ("v", "varchar", pa.string())], ("at", "n"))
+    for b in range(4):
+        spread.batch(b, [({"at": at, "n": n, "v": "a"}, False) for at in moments for n in range(b, 120, 4)])
+    assert target_cuts(DeltaTable(spread.uri), "n", (0, 119), 100) == []
+
+
 def test_only_key_types_whose_statistics_and_bounds_every_writer_reads_alike_bound_a_merge():
     """Integers, strings, dates and decimals without a fraction of up to 18 digits; not BIGINT UNSIGNED nor wider
     decimals (no writer states them exactly), decimals with a fraction (delta-rs's conflict check misreads their

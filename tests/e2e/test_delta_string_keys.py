@@ -28,6 +28,8 @@ def assert_merges_bounded(uris: dict[str, str], since: dict[str, int]) -> None:
         assert stream and all(f" AND t.{key} >= '" in on and on.endswith(f"'::{typed}") for _, on in stream), stream
     stream = merge_predicates(uris["accounts"], since["accounts"])
     assert stream and all(" AND t.region >= " in on for _, on in stream), stream
+    stream = merge_predicates(uris["events"], since["events"])  # a DATETIME bounds nothing: the key's integer does
+    assert stream and all(" AND t.id >= " in on and " AND t.at " not in on for _, on in stream), stream
 
 
 def snapshot_in_two_tasks(p: Pipeline) -> int:
@@ -50,9 +52,10 @@ def test_string_date_and_decimal_keyed_windows_append_or_replace_files_rather_th
     ``readings``: a DATE key; ``ledger``: a DECIMAL key without a fraction, of negative and positive values
     (whose statistics are text, compared as numbers); ``accounts``: a key of two strings, the first holding
     quotes, a backslash and letters beyond ASCII (delta-rs's SQL reads it as the statistics and pyarrow order
-    it). The second task's window of each appends onto the first's files, which are of other chunks of the
-    epoch. The stream's MERGEs (executor and driver batches) are bounded by the first key column's range. A
-    re-snapshot after changes the stream has partly seen replaces the earlier epoch's files window by window."""
+    it); ``events``: a key of a DATETIME and an integer. The second task's window of each appends onto the
+    first's files, which are of other chunks of the epoch. The stream's MERGEs (executor and driver batches) are
+    bounded by the first key column's range (``events``: its integer's). A re-snapshot after changes the stream
+    has partly seen replaces the earlier epoch's files window by window."""
     db = source_db
     db.execute("CREATE TABLE sessions (id CHAR(36) NOT NULL PRIMARY KEY, v INT NOT NULL, note VARCHAR(20))")
     db.execute("INSERT INTO sessions SELECT UUID(), seq, 'init' FROM seq_1_to_1200")
@@ -67,7 +70,10 @@ def test_string_date_and_decimal_keyed_windows_append_or_replace_files_rather_th
                "v INT, note VARCHAR(20), PRIMARY KEY (region, code))")
     db.execute(r"INSERT INTO accounts SELECT ELT(1 + seq % 5, 'eu', 'us', 'ap''s', 'zürich', 'a\\b'), "
                "CONCAT('c', seq), seq, seq, 'init' FROM seq_1_to_2000")
-    tables = ["sessions", "codes", "readings", "ledger", "accounts"]
+    db.execute("CREATE TABLE events (at DATETIME(6) NOT NULL, id INT NOT NULL, v INT, PRIMARY KEY (at, id))")
+    db.execute("INSERT INTO events SELECT TIMESTAMP('2024-01-01') + INTERVAL seq % 97 MINUTE, seq, seq "
+               "FROM seq_1_to_1500")
+    tables = ["sessions", "codes", "readings", "ledger", "accounts", "events"]
     p = Pipeline(db, tmp_path, delta_sink(tmp_path), tables, chunk_size=300)
     epoch = snapshot_in_two_tasks(p)
     uris = {t: table_uri(p, db, t) for t in tables}
@@ -85,7 +91,10 @@ def test_string_date_and_decimal_keyed_windows_append_or_replace_files_rather_th
     db.execute("UPDATE accounts SET v = v + 1 WHERE id % 7 = 0")
     db.execute("DELETE FROM accounts WHERE region = 'ap''s' AND id < 300")
     db.execute("INSERT INTO accounts VALUES ('aa''', 'c1', 1, 1, 'new'), ('über', 'c2', 2, 2, 'new')")
-    versions = {t: deltalake.DeltaTable(uris[t]).version() for t in ("readings", "ledger", "accounts")}
+    db.execute("UPDATE events SET v = -v WHERE id % 9 = 0")
+    db.execute("DELETE FROM events WHERE id BETWEEN 200 AND 230")
+    db.execute("INSERT INTO events VALUES ('2023-12-31 23:59:59.999999', 5000, 0)")
+    versions = {t: deltalake.DeltaTable(uris[t]).version() for t in ("readings", "ledger", "accounts", "events")}
     p.stream()
     for t in tables:
         assert_delta_equals_source(p, db, t)
@@ -99,6 +108,7 @@ def test_string_date_and_decimal_keyed_windows_append_or_replace_files_rather_th
     db.execute("UPDATE ledger SET v = v + 10000 WHERE v % 5 = 0")
     db.execute("DELETE FROM accounts WHERE id BETWEEN 1000 AND 1200")
     db.execute("UPDATE accounts SET note = 'resnap' WHERE id BETWEEN 1500 AND 1510")
+    db.execute("DELETE FROM events WHERE id BETWEEN 700 AND 720")
     q = Pipeline(db, tmp_path, delta_sink(tmp_path), tables, chunk_size=300)
     again = snapshot_in_two_tasks(q)
     for t in tables:
@@ -112,7 +122,8 @@ def test_string_date_and_decimal_keyed_windows_append_or_replace_files_rather_th
     db.execute("INSERT INTO ledger VALUES (-999999999999999999, 0), (999999999999999999, 0)")
     db.execute("UPDATE readings SET v = v + 1 WHERE v BETWEEN 700 AND 720")
     db.execute("UPDATE accounts SET note = 'driver' WHERE region = 'zürich' AND id < 100")
-    versions = {t: deltalake.DeltaTable(uris[t]).version() for t in ("readings", "ledger", "accounts")}
+    db.execute("UPDATE events SET v = v + 1 WHERE id BETWEEN 1000 AND 1010")
+    versions = {t: deltalake.DeltaTable(uris[t]).version() for t in ("readings", "ledger", "accounts", "events")}
     p.stream(driver_batch_bytes=64 * 2**20)  # batches the driver reads and MERGEs from memory
     for t in tables:
         assert_delta_equals_source(p, db, t)

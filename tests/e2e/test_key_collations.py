@@ -9,8 +9,8 @@ from .cdc_helpers import Pipeline, delta_sink, paused_snapshot, source_rows
 from .test_delta_sink import assert_delta_equals_source, delta_rows
 
 # utf8mb4_uca1400_as_cs compares letters first, then accents, then case, and a tab only on a later level than the
-# letters: 'a05' < 'A05' < 'á05' and 'a\t05' sits right beside 'a05', 'a05\t' right before it. utf8mb4_bin orders by bytes: 'A05' < 'a05'
-# < 'á05' (its UTF-8 bytes come after 'z').
+# letters: 'a05' < 'A05' < 'á05', 'a\t05' sits right beside 'a05' and 'a05\t' right before it. utf8mb4_bin orders
+# by bytes: 'A05' < 'a05' < 'á05' (its UTF-8 bytes come after 'z').
 LETTERS = ("a", "A", "á", "Á", "b", "B", "é", "e", "E", "m", "M", "ö", "o", "z", "Z")
 
 
