@@ -36,6 +36,7 @@ import pymysql
 
 from airflow_cdc_provider.compat import replication
 from airflow_cdc_provider.core.chunks import TableId
+from airflow_cdc_provider.core.records import null_key_message
 from airflow_cdc_provider.sinks.types import UnsupportedColumnType, sink_type
 from airflow_cdc_provider.source.generated_columns import session_dependence
 from airflow_cdc_provider.source.schema import (
@@ -51,7 +52,7 @@ from airflow_cdc_provider.source.schema import (
 )
 from airflow_cdc_provider.source.key_order import pads_spaces
 from airflow_cdc_provider.source.server import ServerInfo, SourceError, prepared_xa_transactions, server_info, variables
-from airflow_cdc_provider.source.sql import display_table, quote_table, unquote_ident
+from airflow_cdc_provider.source.sql import display_table, quote_ident, quote_table, unquote_ident
 from airflow_cdc_provider.source.values import CHARSET_CODECS, UNSUPPORTED_CHARSET, string_codec
 
 ER_ACCESS_DENIED_CODES = {1044, 1045, 1142, 1143, 1227}
@@ -245,6 +246,30 @@ def check_char_key_padding(conn: Any, schema: TableSchema) -> list[str]:
                               "than the server's")
             for col in schema.key if col.data_type == "char" and col.collation
             and _COLLATION_NAME.fullmatch(col.collation) and not pads_spaces(conn, col)]
+
+
+def check_zero_date_keys(conn: Any, schema: TableSchema) -> list[str]:
+    """A NOT NULL date key column holding a zero date or year 0 reads as NULL (``null_key_message``): the snapshot
+    task would stop at that row. Found here, before a run starts, where an index leads with the column (the
+    primary key's first column), so the probe is an index range read: the values that sort before year 1 (a
+    TIMESTAMP: its zero). Invalid days and zero months or days inside a date (``2024-02-30``, ``2024-00-10``) sort
+    among valid dates: they are found by the snapshot task."""
+    dated = [c for c in schema.key if c.data_type in ("date", "datetime", "timestamp") and not c.nullable]
+    if not dated:
+        return []
+    with conn.cursor() as cur:
+        cur.execute("SELECT DISTINCT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
+                    "AND TABLE_NAME = %s AND SEQ_IN_INDEX = 1", (schema.table.database, schema.table.table))
+        leading = {r[0] for r in cur.fetchall()}
+        problems = []
+        for col in dated:
+            if col.name not in leading:
+                continue
+            zero = "= '0000-00-00 00:00:00'" if col.data_type == "timestamp" else "< '0001-01-01'"
+            cur.execute(f"SELECT 1 FROM {quote_table(schema.table)} WHERE {quote_ident(col.name)} {zero} LIMIT 1", ())
+            if cur.fetchone():
+                problems.append(null_key_message(schema.table, [col.name], "it holds a row (a zero date or year 0)"))
+    return problems
 
 
 def check_enum_key_order(conn: Any, schema: TableSchema) -> list[str]:
@@ -462,7 +487,8 @@ def validate_source(
         table_problems = (check_table_access(conn, schema) + check_chunk_key(schema, unique_keys(conn, table))
                           + check_columns(schema, info) + check_generated_columns(conn, schema)
                           + check_foreign_key_actions(conn, table)
-                          + check_enum_key_order(conn, schema) + check_char_key_padding(conn, schema))
+                          + check_enum_key_order(conn, schema) + check_char_key_padding(conn, schema)
+                          + check_zero_date_keys(conn, schema))
         problems += table_problems
         if not table_problems:
             schemas.append(schema)

@@ -264,6 +264,33 @@ def test_chunk_key_types_whose_rows_would_land_in_the_wrong_chunk_are_refused(so
     assert validate(source_db.settings, [name], {name: "n"}).schemas[0].key_columns == ("n",)
 
 
+def test_a_zero_date_in_a_key_column_an_index_leads_is_refused_before_any_snapshot(source_db):
+    """A zero date or year 0 reads as NULL, and a NULL key no sink can tell apart: found by an index range read
+    of the values before year 1 (a TIMESTAMP's zero), naming the table, the column and the fix. A zero date in
+    another column is no problem of the key."""
+    source_db.execute("SET SESSION sql_mode = ''")
+    source_db.execute("CREATE TABLE days (d DATE NOT NULL, id INT NOT NULL, PRIMARY KEY (d, id))")
+    source_db.execute("INSERT INTO days VALUES ('2024-01-01', 1), ('0000-03-01', 2)")
+    source_db.execute("CREATE TABLE stamps (id INT NOT NULL, ts TIMESTAMP NOT NULL, PRIMARY KEY (id), "
+                      "UNIQUE KEY uq (ts, id))")
+    source_db.execute("INSERT INTO stamps VALUES (1, '2024-01-01'), (2, 0)")
+    source_db.execute("CREATE TABLE logged (id INT PRIMARY KEY, at DATETIME NOT NULL)")
+    source_db.execute("INSERT INTO logged VALUES (1, '0000-00-00 00:00:00')")
+    days, stamps, logged = (source_db.table(t) for t in ("days", "stamps", "logged"))
+    found = problems(source_db.settings, [days, stamps, logged], {stamps: ["ts", "id"]})
+    assert found == [
+        f"{days}: it holds a row (a zero date or year 0) whose key column(s) d read as NULL: such a row has no key "
+        "the sinks can tell apart. A zero or invalid date reads so: give the row a valid date on the source (and "
+        "set sql_mode NO_ZERO_DATE, NO_ZERO_IN_DATE, no ALLOW_INVALID_DATES for its writers). Or leave the table "
+        "out of source.tables",
+        f"{stamps}: it holds a row (a zero date or year 0) whose key column(s) ts read as NULL: such a row has no "
+        "key the sinks can tell apart. A zero or invalid date reads so: give the row a valid date on the source "
+        "(and set sql_mode NO_ZERO_DATE, NO_ZERO_IN_DATE, no ALLOW_INVALID_DATES for its writers). Or leave the "
+        "table out of source.tables"]
+    source_db.execute("UPDATE days SET d = '2000-03-01' WHERE id = 2")
+    assert validate(source_db.settings, [days, stamps]).schemas[0].key_columns == ("d", "id")
+
+
 def test_chunk_key_types_the_server_orders_otherwise_are_refused(source_db):
     source_db.execute("CREATE TABLE addr (u UUID NOT NULL PRIMARY KEY, ip INET6 NOT NULL, n INT NOT NULL, "
                       "UNIQUE KEY uq_ip (ip), UNIQUE KEY uq_n (n))")

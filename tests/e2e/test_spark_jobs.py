@@ -245,13 +245,13 @@ def test_a_snapshot_stops_at_a_row_keyed_by_a_zero_date_naming_table_and_column(
     publishes nothing of its window."""
     source_db.execute("CREATE TABLE days (d DATE NOT NULL, id INT NOT NULL, v INT, PRIMARY KEY (d, id))")
     source_db.execute("INSERT INTO days VALUES ('2024-02-29', 1, 0), ('2024-03-01', 2, 0)")
-    with contextlib.closing(source_db.server.app_connection(source_db.name)) as conn, conn.cursor() as cur:
-        cur.execute("SET SESSION sql_mode = ''")  # a writer that lets zero dates in
-        cur.execute("INSERT INTO days VALUES ('0000-00-00', 3, 0)")
-        conn.commit()
     table = source_db.table("days")
     p = Pipeline(source_db, tmp_path, parquet_sink(tmp_path), ["days"])
-    chunks = p.plan()
+    chunks = p.plan()  # one there already is refused by the plan step's validation
+    with contextlib.closing(source_db.server.app_connection(source_db.name)) as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION sql_mode = ''")  # a writer that lets zero dates in, after the plan
+        cur.execute("INSERT INTO days VALUES ('0000-00-00', 3, 0)")
+        conn.commit()
     assert p.snapshot(chunks, check=False).returncode != 0
     assert f"{table}: a row the snapshot reads whose key column(s) d read as NULL" in p.last_log("snapshot_chunk", None)
     assert p.state.chunk_reports(table, chunks[0].epoch) == {}
