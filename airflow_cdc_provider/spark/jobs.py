@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
+import traceback
 from pathlib import Path
+from typing import Callable, NoReturn
 
 from airflow_cdc_provider.pipeline.jobspec import JobSpec, load_secrets
 from airflow_cdc_provider.spark.session import spark_session, stop_session
@@ -42,6 +45,23 @@ def _run(argv: list[str] | None, script: str, title, runner) -> int:
         return runner(spark, spec, load_secrets())
     finally:
         stop_session(spark)
+
+
+def run_driver(job: Callable[[], int]) -> NoReturn:
+    """Run ``job`` as the driver's Python and end the process with its exit code at once, output flushed,
+    skipping the interpreter's shutdown. There py4j's finalizers log, and a daemon thread stopped while it held
+    the logging lock makes them wait for ever: after a SIGTERM to spark-submit, whose JVM exits, its orphaned
+    Python driver would stay behind."""
+    try:
+        code = job()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    except BaseException:  # noqa: BLE001 - printed as the interpreter would, then the same exit code
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def ship_package_to_executors(spark) -> None:

@@ -1,8 +1,6 @@
 """spark-submit application: the streaming binlog job described by ``--spec`` (see spark/stream.py)."""
 
-import sys
-
-from airflow_cdc_provider.spark.jobs import stream_main
+from airflow_cdc_provider.spark.jobs import run_driver, stream_main
 
 if __name__ == "__main__":
-    sys.exit(stream_main())
+    run_driver(stream_main)

@@ -13,6 +13,15 @@ from .test_spark_jobs import changelog, expected_changelog, make_orders
 SIGTERM_EXIT = 128 + signal.SIGTERM  # the JVM's exit status after SIGTERM, also when it stopped cleanly
 
 
+def drivers_of(p) -> list[int]:
+    """The pids of the Python drivers of ``p``'s jobs still running (their command line names the job's spec)."""
+    import psutil
+
+    jobs = str(p.tmp / "jobs")
+    return [proc.pid for proc in psutil.process_iter(["cmdline"])
+            if any(jobs in arg for arg in proc.info["cmdline"] or []) and "python" in (proc.info["cmdline"] or [""])[0]]
+
+
 def _notes(spark, p, db) -> dict:
     return {k[0]: row[2] for k, row in sink_rows(spark, p.sink, p.secrets, table_types(db, "orders")).items()}
 
@@ -35,6 +44,8 @@ def test_continuous_stream_follows_changes_and_stops_gracefully(source_db, tmp_p
         proc.send_signal(signal.SIGTERM)  # to spark-submit (the JVM), as a supervisor would
         rc = proc.wait(120)
     assert rc == SIGTERM_EXIT, p.last_log("binlog_stream")
+    # the JVM is gone; its Python driver, orphaned, ends too instead of hanging in the interpreter's shutdown
+    wait_until(lambda: not drivers_of(p), "the stream job's Python driver to exit after spark-submit's", 60)
     status = p.state.read_status()
     assert status.state == "stopped" and status.rows_emitted == 50, status
     assert "stream stopped" in p.last_log("binlog_stream")

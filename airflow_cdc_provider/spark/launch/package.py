@@ -16,7 +16,7 @@ import airflow_cdc_provider
 
 MAIN = (
     '"""Entry point when this archive is the application: python <archive> JOB --spec SPEC."""\n'
-    "import sys\n\nfrom airflow_cdc_provider.spark.jobs import main\n\nsys.exit(main(sys.argv[1:]))\n"
+    "import sys\n\nfrom airflow_cdc_provider.spark.jobs import main, run_driver\n\nrun_driver(lambda: main(sys.argv[1:]))\n"
 )
 
 
