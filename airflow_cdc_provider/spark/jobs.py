@@ -54,8 +54,12 @@ def run_driver(job: Callable[[], int]) -> NoReturn:
     Python driver would stay behind."""
     try:
         code = job()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    except SystemExit as exc:  # as the interpreter ends on one: an int is the code, None 0, anything else printed
+        if exc.code is None or isinstance(exc.code, int):
+            code = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)
+            code = 1
     except BaseException:  # noqa: BLE001 - printed as the interpreter would, then the same exit code
         traceback.print_exc()
         code = 1
