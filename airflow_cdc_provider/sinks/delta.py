@@ -42,6 +42,7 @@ import logging
 import re
 import time
 import uuid
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Iterator
 
@@ -73,9 +74,16 @@ from airflow_cdc_provider.state.store import table_dir_name
 
 log = logging.getLogger("airflow_cdc.delta")
 
-# the smallest and largest value (both included) of a table's bounding key column (``bounding_key``) among some
-# rows
-KeyRange = tuple[Any, Any]
+
+@dataclass(frozen=True)
+class KeyRange:
+    """The smallest and largest value (both included) of one key column (a table's ``bounding_key``) among some
+    rows. The column travels with its bounds, so a MERGE's ON clause, its pieces and its filters bound the column
+    the values were taken from."""
+
+    column: str
+    low: Any
+    high: Any
 
 DELETED = "_cdc_deleted"  # a tombstone: the key is gone as of the row's version
 CHUNK = "_cdc_chunk"  # "<epoch>:<index>" of the snapshot chunk that last wrote the row; NULL for stream rows
@@ -295,38 +303,38 @@ def packed(version: Version) -> int:
     return (int(seq) << 32) | int(pos)
 
 
-def merge_pieces(files: list, key: str | None) -> list[tuple[list, tuple[int, int] | None]]:
+def merge_pieces(files: list, key: str | None) -> list[tuple[list, KeyRange | None]]:
     """Data files grouped into MERGE pieces of at most ``MERGE_PIECE_ROWS`` rows, each with its smallest and largest
     ``key`` (a single integer key whose statistics every file states; else one piece of all, unbounded)."""
     ranges = [f.key_range(key) if key is not None else None for f in files]
     if not files or any(r is None for r in ranges):
         return [(files, None)]
-    pieces: list[tuple[list, tuple[int, int] | None]] = []
+    pieces: list[tuple[list, KeyRange | None]] = []
     rows = 0
     for f, (lo, hi) in sorted(zip(files, ranges), key=lambda fr: fr[1]):
         count = json.loads(f.stats).get("numRecords", 0)
         if pieces and rows + count <= MERGE_PIECE_ROWS:
-            group, (low, high) = pieces[-1]
-            pieces[-1] = (group + [f], (min(low, lo), max(high, hi)))
+            group, held = pieces[-1]
+            pieces[-1] = (group + [f], span(held, KeyRange(key, lo, hi)))
             rows += count
         else:
-            pieces.append(([f], (lo, hi)))
+            pieces.append(([f], KeyRange(key, lo, hi)))
             rows = count
     return pieces
 
 
-def within(source: Callable[[Any], Any], key: str, key_range: KeyRange) -> Callable[[Any], Any]:
+def within(source: Callable[[Any], Any], key_range: KeyRange) -> Callable[[Any], Any]:
     """``source`` (a function of the table's Arrow schema giving a reader of rows) with only the rows whose
-    ``key`` lies in ``key_range``."""
+    bounded column lies in ``key_range``."""
     def filtered(schema):
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        lo, hi = key_range
+        lo, hi = key_range.low, key_range.high
 
         def batches():
             for b in source(schema):
-                k = b.column(key)
+                k = b.column(key_range.column)
                 kept = b.filter(pc.and_(pc.greater_equal(k, lo), pc.less_equal(k, hi)))
                 if kept.num_rows:
                     yield kept
@@ -336,9 +344,9 @@ def within(source: Callable[[Any], Any], key: str, key_range: KeyRange) -> Calla
     return filtered
 
 
-def target_cuts(dt, key: str, key_range: KeyRange, max_rows: int) -> list:
-    """Where to cut ``key_range`` (ascending keys: a piece starts at each) so that the files of ``dt`` whose
-    smallest ``key`` in the range falls in a piece, by their statistics of ``key`` (a table's ``bounding_key``),
+def target_cuts(dt, key_range: KeyRange, max_rows: int) -> list:
+    """Where to cut ``key_range`` (ascending values: a piece starts at each) so that the files of ``dt`` whose
+    smallest value of its column (a table's ``bounding_key``) in the range falls in a piece, by their statistics,
     hold about ``max_rows`` rows at most (a file holding more makes a piece alone; a file spanning a cut is read
     by each piece it meets, though counted in one). A cut falls only where a file starts, so one value of the
     column held by the rows of several keys stays in one piece. No cut when the files hold fewer rows in all,
@@ -347,7 +355,7 @@ def target_cuts(dt, key: str, key_range: KeyRange, max_rows: int) -> list:
     larger, never wrong."""
     import pyarrow as pa
 
-    lo, hi = key_range
+    key, lo, hi = key_range.column, key_range.low, key_range.high
     spans = []
     for a in pa.table(dt.get_add_actions(flatten=True)).to_pylist():
         low, high, rows = a.get(f"min.{key}"), a.get(f"max.{key}"), a.get("num_records")
@@ -516,7 +524,7 @@ def first_key_range(rows, keys: list[str]) -> KeyRange | None:
     if key is None:
         return None
     bounds = pc.min_max(rows[key]).as_py()
-    return None if bounds["min"] is None else (bounds["min"], bounds["max"])
+    return None if bounds["min"] is None else KeyRange(key, bounds["min"], bounds["max"])
 
 
 def rows_source(rows, table: str) -> Callable[[Any], Any]:
@@ -536,9 +544,12 @@ def committed_before(dt, app: tuple[str, int] | None) -> int | None:
 
 
 def span(*ranges: KeyRange | None) -> KeyRange | None:
-    """The smallest range holding each given one (None: no range given)."""
+    """The smallest range holding each given one (a None is none given); None when none is given, or when they
+    bound different columns (no bound: a MERGE then reads the whole table, which is slow but never wrong)."""
     given = [r for r in ranges if r is not None]
-    return (min(r[0] for r in given), max(r[1] for r in given)) if given else None
+    if not given or len({r.column for r in given}) > 1:
+        return None
+    return KeyRange(given[0].column, min(r.low for r in given), max(r.high for r in given))
 
 
 def dataset_key_range(dataset, keys: list[str]) -> KeyRange | None:
@@ -855,7 +866,7 @@ class DeltaSink(FileSink):
         (``target_cuts``) holding some of them (delta-rs reads every row of the files a MERGE may touch), only the
         last carrying ``app``: a replay after a kill between them finds the earlier ones' rows not older and
         leaves them."""
-        key, pieces = self._merge_pieces(table, keys, source, key_range, app)
+        pieces = self._merge_pieces(table, keys, source, key_range, app)
         if not pieces:
             log.info("%s: %s already committed (%s); skipped", table, what, app[0])
             return None
@@ -863,7 +874,7 @@ class DeltaSink(FileSink):
             return self._merge_one(table, keys, source, app, what, snapshot, key_range, take_over, swept)
         metrics = None
         for n, piece in enumerate(pieces, 1):
-            metrics = self._merge_one(table, keys, within(source, key, piece), app if n == len(pieces) else None,
+            metrics = self._merge_one(table, keys, within(source, piece), app if n == len(pieces) else None,
                                       f"{what} (part {n} of {len(pieces)})", snapshot, piece, take_over, swept)
         return metrics
 
@@ -891,10 +902,13 @@ class DeltaSink(FileSink):
             on = [f"t.{ident(k)} = s.{ident(k)}" for k in keys]
             schema = self._arrow_schema(dt)
             if key_range is not None:
-                key = bounding_key(schema, keys)
+                key = key_range.column
+                if key not in keys or not orderable_key(schema.field(key).type):
+                    raise SinkError(f"{table}: {what}: its rows were bounded by {key}, which is no orderable key "
+                                    f"column of the Delta table ({', '.join(keys)})")
                 key_type = schema.field(key).type
-                on += [f"t.{ident(key)} >= {key_literal(key_range[0], key_type)}",
-                       f"t.{ident(key)} <= {key_literal(key_range[1], key_type)}"]
+                on += [f"t.{ident(key)} >= {key_literal(key_range.low, key_type)}",
+                       f"t.{ident(key)} <= {key_literal(key_range.high, key_type)}"]
             merger = dt.merge(source(schema), " AND ".join(on), source_alias="s", target_alias="t",
                               commit_properties=props)
             newer = older_than("t", "s")
@@ -916,25 +930,24 @@ class DeltaSink(FileSink):
         return committing(f"{table}: {what}", attempt)
 
     def _merge_pieces(self, table: str, keys: list[str], source: Callable[[Any], Any],
-                      key_range: KeyRange | None, app: tuple[str, int] | None
-                      ) -> tuple[str | None, list[KeyRange | None]]:
-        """The bounding key column and the key ranges of ``_merge``'s MERGEs: for each piece of ``key_range``
-        between ``target_cuts`` that holds some of the rows, the smallest and largest bounding key column of those
-        (together, every row once); or just ``key_range``; none when ``app`` is committed already (a replay, whose
-        pieces before the last would otherwise run again for nothing)."""
+                      key_range: KeyRange | None, app: tuple[str, int] | None) -> list[KeyRange | None]:
+        """The key ranges of ``_merge``'s MERGEs: for each piece of ``key_range`` between ``target_cuts`` that
+        holds some of the rows, the smallest and largest value of its column among those (together, every row
+        once); or just ``key_range``; none when ``app`` is committed already (a replay, whose pieces before the
+        last would otherwise run again for nothing)."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
         dt = self.open_table(table) if key_range is not None else None
         if dt is None:
-            return None, [key_range]
+            return [key_range]
         if committed_before(dt, app) is not None:
-            return None, []
+            return []
         schema = self._arrow_schema(dt)
-        key = bounding_key(schema, keys)
-        cuts = target_cuts(dt, key, key_range, MERGE_TARGET_ROWS)
+        cuts = target_cuts(dt, key_range, MERGE_TARGET_ROWS)
         if not cuts:
-            return key, [key_range]
+            return [key_range]
+        key = key_range.column
         values = pa.chunked_array([b.column(key) for b in source(schema)], schema.field(key).type)
         pieces = []
         for low, high in zip([None, *cuts], [*cuts, None]):
@@ -945,8 +958,8 @@ class DeltaSink(FileSink):
                 held = held.filter(pc.less(held, high))
             bounds = pc.min_max(held).as_py()
             if bounds["min"] is not None:
-                pieces.append((bounds["min"], bounds["max"]))
-        return key, pieces or [key_range]
+                pieces.append(KeyRange(key, bounds["min"], bounds["max"]))
+        return pieces or [key_range]
 
     def _merge_retried(self, table: str, keys: list[str], source: Callable[[Any], Any],
                        app: tuple[str, int] | None, what: str, epoch: int, retried: set[int],
@@ -1475,7 +1488,7 @@ class WrittenDeltaWindow:
                       self._written, sum(self.counts.values()))
         keys = list(self.types.schema.key_columns)
         ranges = window_ranges(files, keys, self.schema)
-        window_range = ranges.get(keys[0]) if len(keys) == 1 else None
+        window_range = KeyRange(keys[0], *ranges[keys[0]]) if len(keys) == 1 and keys[0] in ranges else None
         # the application transaction goes on the window's last commit: a retry on an unchanged binlog (same
         # high watermark) skips the window as committed only once all of it is
         changed = changes.truncate is not None or bool(changes.last)
@@ -1647,8 +1660,8 @@ class WrittenDeltaWindow:
         """The binlog window onto the window's rows, as the stream would apply it: its TRUNCATE, then each
         touched key's last change under its own position (a delete as a tombstone), the last of these commits
         carrying the window's application transaction ``app``; the counts then are the window's live rows per
-        chunk (in a re-snapshot, as of the stream's commits so far). ``key_range``: the smallest and largest key of the window's files (a single
-        integer key), within which, or the last changes' keys, all the window's rows are."""
+        chunk (in a re-snapshot, as of the stream's commits so far). ``key_range``: the smallest and largest key of
+        the window's files (a single key), within which, or the last changes' keys, all the window's rows are."""
         import pyarrow as pa
         import pyarrow.compute as pc
         from pyspark.sql import functions as F
@@ -1671,10 +1684,10 @@ class WrittenDeltaWindow:
 
             sink._merge(table, keys, rows_source(last, table), app, f"{what}, the last changes of its binlog window",
                         snapshot=True, key_range=last_range, take_over=False)
-            key_range = None if key_range is None or last_range is None else \
-                (min(key_range[0], last_range[0]), max(key_range[1], last_range[1]))
+            key_range = None if key_range is None or last_range is None else span(key_range, last_range)
         if changes.touched or changes.truncated:
-            in_range = [] if key_range is None else [(keys[0], ">=", key_range[0]), (keys[0], "<=", key_range[1])]
+            in_range = [] if key_range is None else [(key_range.column, ">=", key_range.low),
+                                                     (key_range.column, "<=", key_range.high)]
             live = sink.open_table(table).to_pyarrow_table(columns=[CHUNK],
                                                            filters=[(DELETED, "=", False), *in_range])
             tagged = live.column(0).cast(pa.string())

@@ -552,10 +552,21 @@ def table_schema_of(uri: str) -> pa.Schema:
     return pa.schema(DeltaTable(uri).schema().to_arrow())
 
 
+def test_key_ranges_of_different_columns_span_no_bound():
+    """A range names the column its bounds are of: ranges of one column span their union, ranges of different
+    columns no bound at all (a MERGE over the whole table: slow, never wrong), not one column's values applied to
+    another's."""
+    from airflow_cdc_provider.sinks.delta import KeyRange, span
+
+    assert span(KeyRange("id", 5, 9), None, KeyRange("id", 1, 6)) == KeyRange("id", 1, 9)
+    assert span(KeyRange("id", 5, 9), KeyRange("at", 1, 6)) is None
+    assert span(None, None) is None
+
+
 def test_a_window_s_files_merge_in_pieces_of_neighbouring_key_ranges():
     """A written window MERGEd (its append refused) goes in pieces of at most ``MERGE_PIECE_ROWS`` rows, files of
     neighbouring key ranges together, each piece bounded by its keys; without a range for every file, one piece."""
-    from airflow_cdc_provider.sinks.delta import MERGE_PIECE_ROWS, merge_pieces
+    from airflow_cdc_provider.sinks.delta import MERGE_PIECE_ROWS, KeyRange, merge_pieces
     from airflow_cdc_provider.sinks.delta_append import DataFile
 
     def data_file(name, lo, hi, rows):
@@ -568,7 +579,7 @@ def test_a_window_s_files_merge_in_pieces_of_neighbouring_key_ranges():
              data_file("d", 300, 399, 10)]
     pieces = merge_pieces(files, "id")
     assert [([f.path for f in group], bounds) for group, bounds in pieces] == [
-        (["a", "b"], (0, 199)), (["c", "d"], (200, 399))]
+        (["a", "b"], KeyRange("id", 0, 199)), (["c", "d"], KeyRange("id", 200, 399))]
     unbounded = data_file("e", None, None, 5)
     assert merge_pieces(files + [unbounded], "id") == [(files + [unbounded], None)]
     assert merge_pieces(files, None) == [(files, None)]
@@ -749,7 +760,7 @@ def test_a_merge_over_many_rows_of_the_table_goes_in_pieces_of_its_files_key_ran
     that holds one of its keys, only the last commit carrying the batch's transaction; the result is the single
     MERGE's, and the same changes applied again (a replay after a kill between the pieces) change nothing."""
     import airflow_cdc_provider.sinks.delta as delta
-    from airflow_cdc_provider.sinks.delta import target_cuts
+    from airflow_cdc_provider.sinks.delta import KeyRange, target_cuts
 
     t = StreamTable(tmp_path, [("id", "int", pa.int32()), ("v", "varchar", pa.string())], ("id",))
     uri = t.uri
@@ -759,9 +770,9 @@ def test_a_merge_over_many_rows_of_the_table_goes_in_pieces_of_its_files_key_ran
 
     for b in range(4):  # four files of 100 keys each: [0, 99], [100, 199], ...
         batch(b, [(k, "a") for k in range(100 * b, 100 * b + 100)])
-    assert target_cuts(DeltaTable(uri), "id", (0, 399), 150) == [100, 200, 300]
-    assert target_cuts(DeltaTable(uri), "id", (0, 399), 400) == []
-    assert target_cuts(DeltaTable(uri), "id", (150, 260), 150) == [200]
+    assert target_cuts(DeltaTable(uri), KeyRange("id", 0, 399), 150) == [100, 200, 300]
+    assert target_cuts(DeltaTable(uri), KeyRange("id", 0, 399), 400) == []
+    assert target_cuts(DeltaTable(uri), KeyRange("id", 150, 260), 150) == [200]
 
     monkeypatch.setattr(delta, "MERGE_TARGET_ROWS", 150)
     before = DeltaTable(uri).version()
@@ -785,7 +796,7 @@ def test_a_merge_over_many_rows_of_the_table_goes_in_pieces_of_its_files_key_ran
     # a file stating no range of the key may hold any: every MERGE reads it, so there is nothing to cut
     DeltaTable(uri).alter.set_table_properties({"delta.dataSkippingStatsColumns": "v"})
     batch(5, [(2000, "c")])
-    assert target_cuts(DeltaTable(uri), "id", (0, 2000), 150) == []
+    assert target_cuts(DeltaTable(uri), KeyRange("id", 0, 2000), 150) == []
 
 
 def test_a_composite_key_led_by_a_string_merges_in_pieces_of_its_first_column(tmp_path, monkeypatch):
@@ -794,14 +805,14 @@ def test_a_composite_key_led_by_a_string_merges_in_pieces_of_its_first_column(tm
     backslashes and letters beyond ASCII in the bounds reach delta-rs's SQL intact. Each piece's MERGE reads
     only the files its rows' keys may be in."""
     import airflow_cdc_provider.sinks.delta as delta
-    from airflow_cdc_provider.sinks.delta import target_cuts
+    from airflow_cdc_provider.sinks.delta import KeyRange, target_cuts
 
     t = StreamTable(tmp_path, [("name", "varchar", pa.string()), ("n", "int", pa.int32()),
                                ("v", "varchar", pa.string())], ("name", "n"))
     groups = [["a", "a'b", "a\\b"], ["b", "b'", "bz"], ["m", "m\n", "mü"], ["zz", "ä", "😀"]]  # byte order
     for b, names in enumerate(groups):  # one file each, of 3 names x 30 numbers
         t.batch(b, [({"name": s, "n": n, "v": "a"}, False) for s in names for n in range(30)])
-    assert target_cuts(DeltaTable(t.uri), "name", ("a", "😀"), 100) == ["b", "m", "zz"]
+    assert target_cuts(DeltaTable(t.uri), KeyRange("name", "a", "😀"), 100) == ["b", "m", "zz"]
 
     monkeypatch.setattr(delta, "MERGE_TARGET_ROWS", 100)
     before = DeltaTable(t.uri).version()
@@ -827,14 +838,14 @@ def test_a_key_led_by_a_datetime_merges_in_pieces_of_its_integer_column(tmp_path
     in pieces of the files' ranges, as a key it led would. Without it every MERGE would read the whole table.
     Where the files hold no ranges of it, there are no pieces: one would read every file anyway."""
     import airflow_cdc_provider.sinks.delta as delta
-    from airflow_cdc_provider.sinks.delta import target_cuts
+    from airflow_cdc_provider.sinks.delta import KeyRange, target_cuts
 
     t = StreamTable(tmp_path, [("at", "datetime", pa.timestamp("us")), ("n", "int", pa.int32()),
                                ("v", "varchar", pa.string())], ("at", "n"))
     moments = [dt.datetime(2024, 1, 1, h) for h in (9, 0, 23)]  # every file holds all three: no range of its own
     for b in range(4):  # one file each, of 3 moments x 30 numbers: n in [0, 29], [30, 59], ...
         t.batch(b, [({"at": at, "n": n, "v": "a"}, False) for at in moments for n in range(30 * b, 30 * b + 30)])
-    assert target_cuts(DeltaTable(t.uri), "n", (0, 119), 100) == [30, 60, 90]
+    assert target_cuts(DeltaTable(t.uri), KeyRange("n", 0, 119), 100) == [30, 60, 90]
 
     monkeypatch.setattr(delta, "MERGE_TARGET_ROWS", 100)
     before = DeltaTable(t.uri).version()
@@ -859,7 +870,7 @@ def test_a_key_led_by_a_datetime_merges_in_pieces_of_its_integer_column(tmp_path
                                                ("v", "varchar", pa.string())], ("at", "n"))
     for b in range(4):
         spread.batch(b, [({"at": at, "n": n, "v": "a"}, False) for at in moments for n in range(b, 120, 4)])
-    assert target_cuts(DeltaTable(spread.uri), "n", (0, 119), 100) == []
+    assert target_cuts(DeltaTable(spread.uri), KeyRange("n", 0, 119), 100) == []
 
 
 def test_only_key_types_whose_statistics_and_bounds_every_writer_reads_alike_bound_a_merge():
@@ -884,7 +895,7 @@ def test_a_key_led_by_a_date_or_a_decimal_bounds_windows_and_merges_like_an_inte
     the table before an append of its key conflicts with it. The result is the single MERGE's, and replayed
     changes double no key."""
     import airflow_cdc_provider.sinks.delta as delta
-    from airflow_cdc_provider.sinks.delta import key_literal, target_cuts
+    from airflow_cdc_provider.sinks.delta import KeyRange, key_literal, target_cuts
 
     if kind == "date":
         column = ("k", "date", pa.date32())
@@ -900,7 +911,7 @@ def test_a_key_led_by_a_date_or_a_decimal_bounds_windows_and_merges_like_an_inte
     t = StreamTable(tmp_path, [column, ("n", "int", pa.int32()), ("v", "varchar", pa.string())], ("k", "n"))
     for b in range(4):  # one file each, of two first-column values x 30 numbers, in the values' order
         t.batch(b, [({"k": k, "n": n, "v": "a"}, False) for k in first[2 * b: 2 * b + 2] for n in range(30)])
-    assert target_cuts(DeltaTable(t.uri), "k", (first[0], first[-1]), 100) == [first[2], first[4], first[6]]
+    assert target_cuts(DeltaTable(t.uri), KeyRange("k", first[0], first[-1]), 100) == [first[2], first[4], first[6]]
 
     schema = t.schema
     rows = [{"k": k, "n": 0, "v": "w", "_cdc_op": "r", "_cdc_ts_ms": 0, "_cdc_file_seq": 0, "_cdc_pos": 0,
