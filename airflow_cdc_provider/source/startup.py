@@ -6,7 +6,11 @@
 * ``{file: mysql-bin.000042, pos: 1234}``: a position you know; if a transaction holds it, the stream starts
   at that transaction's first event (never in the middle of a transaction, whose earlier rows would be lost);
 * ``{gtid: "0-1-1234"}``: just after the transaction with this GTID (MariaDB, one domain);
-* ``{timestamp: 1700000000 | "2026-11-21T10:00:00Z"}``: the first transaction committed at or after it.
+* ``{timestamp: 1700000000 | "2026-11-21T10:00:00Z"}``: the first transaction logged with its second or a later
+  one. A transaction's events carry the whole second the statement that committed it started in (its COMMIT, or
+  an autocommit statement itself), so one stamped with T's second may have committed at or after T: it is read.
+  One whose committing statement started before that second and ended after T (a long autocommit statement, a
+  lock wait, a slow commit) is stamped earlier and left out.
 
 GTID and timestamp starts (MariaDB only) scan the binlog for the boundary from the last file that cannot start
 after it: a MariaDB file's ``Gtid_list`` (the GTIDs logged before the file; trusted under ``gtid_strict_mode``
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import re
 import time
 from typing import Any, Collection
@@ -80,7 +85,7 @@ def _scan(settings: ConnectionSettings, server_id: int, first: BinlogOffset, *, 
     try:
         for ev in stream:
             if isinstance(ev, MariadbGtidEvent):
-                if after_ts is not None and ev.timestamp >= after_ts:
+                if after_ts is not None and ev.timestamp >= math.floor(after_ts):
                     return _offset(boundary.file, boundary.pos)
                 found_gtid = ev.gtid == gtid
                 continue

@@ -45,6 +45,16 @@ def resolve(db, server_id, startup):
         return resolve_startup(startup, db.settings, conn, server_id, None, "state")
 
 
+def keys_read_from(db, server_id, start) -> list:
+    """The keys of table ``t``'s changes a stream reads from ``start`` (a resolved startup) to the server's end."""
+    with db.connection() as conn:
+        schema = load_schema(conn, TableId(db.name, "t"))
+        end = current_offset(conn)
+    rows = read_changes_between(db.settings, server_id, BinlogOffset(start["file"], start["pos"]), end,
+                                {schema.table: schema})
+    return [r.key for r in rows]
+
+
 def test_a_position_inside_a_transaction_starts_at_its_first_event(source_db, server_id):
     before, after, inside = a_transaction_of_three_statements(source_db)
     assert inside[0][1] == "Gtid" and [e[1] for e in inside].count("Write_rows_v1") == 3, inside
@@ -224,12 +234,7 @@ def test_gtid_and_timestamp_starts_scan_from_the_file_that_holds_them(source_db,
         finally:
             cur.execute("SET GLOBAL gtid_strict_mode = 0")
     got = resolve(source_db, server_id, {"timestamp": at})
-    with source_db.connection() as conn:
-        schema = load_schema(conn, TableId(source_db.name, "t"))
-        now = current_offset(conn)
-    rows = list(read_changes_between(source_db.settings, server_id, BinlogOffset(got["file"], got["pos"]), now,
-                                     {schema.table: schema}))
-    assert sorted(r.key for r in rows) == [(2,), (3,)]
+    assert sorted(keys_read_from(source_db, server_id, got)) == [(2,), (3,)]
     # a GTID older than every file's list, and one never logged, are refused as before
     with pytest.raises(StartupError, match="is not in the binlogs still on the server"):
         resolve(source_db, server_id, {"gtid": "0-1-999999"})
@@ -243,9 +248,21 @@ def test_a_timestamp_no_transaction_reached_yet_starts_after_the_last_one_read(s
     with source_db.connection() as conn:
         assert BinlogOffset(got["file"], got["pos"]) == current_offset(conn)  # after the insert
     source_db.execute("INSERT INTO t VALUES (2, 'after')")
-    with source_db.connection() as conn:
-        schema = load_schema(conn, TableId(source_db.name, "t"))
-        now = current_offset(conn)
-    rows = list(read_changes_between(source_db.settings, server_id, BinlogOffset(got["file"], got["pos"]), now,
-                                     {schema.table: schema}))
-    assert [r.key for r in rows] == [(2,)]
+    assert keys_read_from(source_db, server_id, got) == [(2,)]
+
+
+def test_a_timestamp_inside_a_second_reads_the_transactions_stamped_with_that_second(source_db, server_id):
+    """The binlog stamps a transaction with the whole second its committing statement started in: one committed
+    after a timestamp with a fraction, in that timestamp's second, is stamped below it and must still be read."""
+    source_db.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))")
+    source_db.execute("INSERT INTO t VALUES (1, 'before')")
+    time.sleep(1.1)  # the next second: row 1 is stamped with an earlier one
+    while True:  # early in a second of the server's clock, so the insert below starts in the same second
+        now = float(source_db.execute("SELECT UNIX_TIMESTAMP(NOW(6))")[0][0])
+        if 0.05 <= now % 1 <= 0.5:
+            break
+        time.sleep(0.05)
+    source_db.execute("INSERT INTO t VALUES (2, 'after')")
+    at = int(now) + 0.01  # after row 1's commit, before row 2's (which started after ``now``)
+    got = resolve(source_db, server_id, {"timestamp": at})
+    assert keys_read_from(source_db, server_id, got) == [(2,)]
