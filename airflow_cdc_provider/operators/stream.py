@@ -49,16 +49,21 @@ def holder_alive(p, lease: StreamLease, heartbeat_timeout: float) -> bool:
                        alive=alive)
 
 
-def stop_holder(p, lease: StreamLease, heartbeat_timeout: float) -> None:
+def stop_holder(p, lease: StreamLease, heartbeat_timeout: float) -> bool:
     """Stop the stream holding ``lease``: its detached job gracefully (then hard, after the grace period); a job
-    in its task's own process ends with it (Airflow stops a cleared running task), so wait for that."""
+    in its task's own process ends with it (Airflow stops a cleared running task), so wait for that. Whether it
+    stopped: one still running after the grace period (a job on another host, which only its stop request in the
+    state store reaches) keeps that request, to stop once it sees it."""
     p.state.request_stop()
     if lease.launch is not None:
         SparkJobHook.terminate(lease.launch, STOP_GRACE_SECONDS)
     deadline = time.time() + STOP_GRACE_SECONDS
     while holder_alive(p, lease, heartbeat_timeout) and time.time() < deadline:
         time.sleep(1.0)
+    if holder_alive(p, lease, heartbeat_timeout):
+        return False
     p.state.clear_stop()
+    return True
 
 
 def lease_unleased_stream(p, heartbeat_timeout: float) -> None:
@@ -249,7 +254,13 @@ class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
             elif other.holder == lease.holder and other.try_number < lease.try_number:
                 self.log.info("try %d of this task still runs the stream: stopping it (after its current batch) to "
                               "take over from its checkpoint", other.try_number)
-                self._stop_holder(p, other)
+                if not self._stop_holder(p, other):
+                    from airflow.sdk.exceptions import AirflowException
+
+                    raise AirflowException(
+                        f"try {other.try_number} of this task still runs the stream {STOP_GRACE_SECONDS} s after it "
+                        "was asked to stop (the request stays): a second stream beside it would fight it over its "
+                        "checkpoint; clear this task again once it has stopped (airflow-cdc status)")
             else:
                 return other
             p.state.release_lease(other.launch_id)
@@ -331,8 +342,8 @@ class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
     def _holder_alive(self, p, lease: StreamLease) -> bool:
         return holder_alive(p, lease, self._timeout(p))
 
-    def _stop_holder(self, p, lease: StreamLease) -> None:
-        stop_holder(p, lease, self._timeout(p))
+    def _stop_holder(self, p, lease: StreamLease) -> bool:
+        return stop_holder(p, lease, self._timeout(p))
 
     def run_on_connect(self, pipeline, spec) -> None:
         """The ``available_now`` stream job in this process, on a new session of the ``connect_conn_id`` server."""
@@ -370,7 +381,8 @@ class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
             launch = self.launch_detached(p.state.local_dir("stream") / "job.log", self._launch_id, target)
             self._launched = launch
             p.state.write_launch(launch)
-            p.state.write_lease(replace(lease, launch=launch))  # the job outlives this process: it holds the lease
+            # the job outlives this process: it holds the lease, and has from now to write its first status
+            p.state.write_lease(replace(lease, launch=launch, acquired_at=time.time()))
         except BaseException:
             p.state.release_lease(lease.launch_id)
             self.release_secrets()
@@ -418,16 +430,27 @@ class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
         self._state = p.state
         health = StreamHealth.from_dict(event)
         self._meter = StreamMeter.from_dict(event.get("meter"))  # what the trigger counted
-        launch = p.state.read_launch()
+        launch = self._watched_launch(context, event)
         if health.verdict != "ended":
             self._terminate(launch)
             raise AirflowException(health.message)
         return self._ended(context, p, health, launch.launch_id if launch else None)
 
+    @staticmethod
+    def _watched_launch(context: Any, event: dict[str, Any]) -> StreamLaunch | None:
+        """The launch the trigger watched: its event names it (one of a task deferred by an earlier provider
+        version: the task's ``stream_launch`` XCom). Never the state store's current launch, which another run's
+        stream task may have replaced meanwhile (stopping this one for a table new to it)."""
+        data = event.get("launch")
+        if data is None:
+            ti = context["ti"]
+            data = ti.xcom_pull(task_ids=ti.task_id, key="stream_launch")
+        return StreamLaunch.from_dict(data) if data else None
+
     def _ended(self, context: Any, p, health: StreamHealth, launch_id: str | None = None) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
-        p.state.delete_launch()
+        p.state.delete_launch(launch_id)
         if launch_id:
             p.state.release_lease(launch_id)
         status = health.status
@@ -455,13 +478,16 @@ class BinlogStreamOperator(CdcLineageMixin, CdcSparkSubmitOperator):
 
     def _terminate(self, launch: StreamLaunch | None) -> None:
         """Graceful first (a stop request in the state store, SIGTERM to a local spark-submit), then after
-        ``STOP_GRACE_SECONDS`` a hard stop (``SparkJobHook.terminate``)."""
+        ``STOP_GRACE_SECONDS`` a hard stop (``SparkJobHook.terminate``). The stop request only while ``launch``
+        holds the lease: once another task took the lease over, it would stop that task's stream."""
         if self._state is not None:
-            self._state.request_stop()
+            holder = self._state.read_lease() if launch is not None else None
+            if launch is None or (holder is not None and holder.launch_id == launch.launch_id):
+                self._state.request_stop()
         if launch is not None and SparkJobHook.alive(launch):
             SparkJobHook.terminate(launch, STOP_GRACE_SECONDS)
         if self._state is not None and launch is not None and SparkJobHook.alive(launch) is False:
-            self._state.delete_launch()
+            self._state.delete_launch(launch.launch_id)
             self._state.release_lease(launch.launch_id)
 
     def on_kill(self) -> None:

@@ -531,13 +531,22 @@ class StateStore:
         data = self.read_json(self.LAUNCH)
         return StreamLaunch.from_dict(data) if data else None
 
-    def delete_launch(self) -> None:
+    def delete_launch(self, launch_id: str | None = None) -> None:
+        """Forget the detached stream job; with ``launch_id``, only if it is still that launch (a task ending late
+        must not forget the launch another run's task made since)."""
+        if launch_id is not None:
+            launch = self.read_launch()
+            if launch is None or launch.launch_id != launch_id:
+                return
         self.delete(self.LAUNCH)
 
     def try_lease(self, lease: StreamLease) -> StreamLease | None:
-        """Take the stream lease if nobody holds it; else the current holder's lease (``lease`` not taken)."""
+        """Take the stream lease if nobody holds it; else the current holder's lease (``lease`` not taken). The
+        lease taken records now as its ``acquired_at``, whenever ``lease`` was made: a watcher on another host gives
+        its holder's job that long from now to write its first status, not from before the taker's waits."""
         for _ in range(100):
-            if self.storage.create(self.LEASE, json.dumps(lease.to_dict(), sort_keys=True, default=str)):
+            taken = replace(lease, acquired_at=time.time())
+            if self.storage.create(self.LEASE, json.dumps(taken.to_dict(), sort_keys=True, default=str)):
                 return None
             held = self.read_lease()
             if held is not None:

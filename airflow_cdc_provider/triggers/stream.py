@@ -76,7 +76,7 @@ class StreamHeartbeatTrigger(BaseTrigger):
                 if self.dag_id:
                     emit(metrics, self.dag_id)
             if health.final:
-                yield TriggerEvent({**health.to_dict(), "meter": meter.to_dict()})
+                yield TriggerEvent({**health.to_dict(), "meter": meter.to_dict(), "launch": self.launch})
                 return
             await asyncio.sleep(self.poll_interval)
 

@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import replace
 
@@ -43,6 +44,11 @@ def lease(launch_id, holder="shop/run1/stream", try_number=1, pid=None, launch=N
                        pid_start=process_start(pid) if host == HOST else None)
 
 
+def same_lease(a, b) -> bool:
+    """Equal leases but for ``acquired_at``, which the store stamps when it takes one."""
+    return a is not None and b is not None and replace(a, acquired_at=0.0) == replace(b, acquired_at=0.0)
+
+
 def a_job():
     """A process standing in for a detached stream job: it ends on SIGTERM, as spark-submit does."""
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
@@ -62,9 +68,9 @@ def test_the_lease_is_taken_once_and_released_only_by_its_holder(tmp_path):
     store = StateStore(tmp_path)
     first, second = lease("a"), lease("b", holder="shop/run2/stream")
     assert store.try_lease(first) is None
-    assert store.try_lease(second) == first  # held: the caller learns by whom
+    assert same_lease(store.try_lease(second), first)  # held: the caller learns by whom
     store.release_lease("b")  # not the holder: nothing happens
-    assert store.read_lease() == first
+    assert same_lease(store.read_lease(), first)
     store.release_lease("a")
     assert store.read_lease() is None and store.try_lease(second) is None
 
@@ -89,8 +95,8 @@ def test_a_live_stream_of_another_run_keeps_the_lease(pipeline):
         held = lease("a", launch=launch)
         assert p.state.try_lease(held) is None
         op = BinlogStreamOperator(task_id="stream", config=config)
-        assert op._acquire_lease(p, lease("b", holder="shop/run2/stream")) == held
-        assert proc.poll() is None and p.state.read_lease() == held
+        assert same_lease(op._acquire_lease(p, lease("b", holder="shop/run2/stream")), held)
+        assert proc.poll() is None and same_lease(p.state.read_lease(), held)
     finally:
         proc.kill()
         proc.wait()
@@ -104,7 +110,7 @@ def test_a_stale_lease_is_taken_over(pipeline):
     p.state.try_lease(lease("a", launch=launch))
     op = BinlogStreamOperator(task_id="stream", config=config)
     mine = lease("b", holder="shop/run2/stream")
-    assert op._acquire_lease(p, mine) is None and p.state.read_lease() == mine
+    assert op._acquire_lease(p, mine) is None and same_lease(p.state.read_lease(), mine)
 
 
 def test_a_cleared_stream_task_stops_its_earlier_try_and_takes_over(pipeline):
@@ -116,7 +122,7 @@ def test_a_cleared_stream_task_stops_its_earlier_try_and_takes_over(pipeline):
         mine = lease("b", try_number=2)
         assert op._acquire_lease(p, mine) is None
         assert proc.wait(10) is not None  # the earlier try's job was stopped (SIGTERM first)
-        assert p.state.read_lease() == mine and not p.state.stop_requested()
+        assert same_lease(p.state.read_lease(), mine) and not p.state.stop_requested()
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -242,7 +248,7 @@ def test_a_pid_another_process_was_given_since_does_not_pass_for_the_stream(pipe
         p.state.try_lease(held)
         mine = lease("b", holder="shop/run3/stream")
         assert BinlogStreamOperator(task_id="stream", config=config)._acquire_lease(p, mine) is None
-        assert p.state.read_lease() == mine
+        assert same_lease(p.state.read_lease(), mine)
         assert proc.poll() is None  # the unrelated process: neither stopped nor killed
     finally:
         proc.kill()
@@ -259,7 +265,7 @@ def test_a_stream_launched_before_leases_existed_and_gone_is_given_no_lease(pipe
     assert p.state.read_lease() is None
     mine = lease("b", holder="shop/run2/stream")
     assert BinlogStreamOperator(task_id="stream", config=config)._acquire_lease(p, mine) is None
-    assert p.state.read_lease() == mine
+    assert same_lease(p.state.read_lease(), mine)
 
 
 def test_another_runs_stream_or_carry_over_refuses_it_and_a_stale_or_earlier_try_is_taken_over(pipeline):
@@ -273,7 +279,7 @@ def test_another_runs_stream_or_carry_over_refuses_it_and_a_stale_or_earlier_try
                                                r"tables are carried over"):
         with op._stream_held(context, p, True):
             pytest.fail("carried over under a live stream")
-    assert p.state.read_lease() == other
+    assert same_lease(p.state.read_lease(), other)
     p.state.release_lease("a")
     first_op, first_context = plan_step(config)
     with first_op._stream_held(first_context, p, True):
@@ -352,7 +358,7 @@ def test_a_stream_task_waits_for_a_carry_over_and_then_takes_the_lease(pipeline)
     t = threading.Thread(target=carry_over)
     t.start()
     assert carrying.wait(10)
-    assert stream._acquire_lease(p, mine) is None and p.state.read_lease() == mine
+    assert stream._acquire_lease(p, mine) is None and same_lease(p.state.read_lease(), mine)
     taken = time.monotonic()
     t.join()
     assert released and taken >= released[0]  # not before the carry-over gave the lease up
@@ -369,3 +375,63 @@ def test_a_stream_task_waits_for_a_carry_over_a_bounded_time(pipeline, monkeypat
         started = time.monotonic()
         assert BinlogStreamOperator(task_id="stream", config=config)._acquire_lease(p, lease("b")) == held
         assert 1.0 <= time.monotonic() - started < 10  # then it leaves the launch to a later run
+
+
+def test_a_lease_taken_after_a_wait_gives_its_job_the_whole_timeout_from_then():
+    """A stream task may wait minutes (for a carry-over, for an earlier try to stop) between making its lease and
+    taking it: the lease records when it was taken, or a watcher on another host would judge it stale before the
+    task's job could write its first status, and launch a second stream."""
+    store = StateStore(tempfile.mkdtemp())
+    made = replace(lease("a", host="elsewhere"), acquired_at=time.time() - 150)  # made before a 150 s wait
+    before = time.time()
+    assert store.try_lease(made) is None
+    taken = store.read_lease()
+    assert taken.acquired_at >= before
+    assert lease_alive(taken, None, now=time.time(), heartbeat_timeout=120, alive=None)
+
+
+@pytest.mark.parametrize("verdict", ["died", "ended"])
+def test_a_deferred_stream_task_ending_late_leaves_the_stream_another_run_launched_since(pipeline, verdict):
+    """Run 2's stream task stopped run 1's stream (a table new to it) and launched its own; run 1's trigger then
+    reports its launch gone. Run 1's task acts on the launch its trigger watched: run 2's stream keeps running,
+    with its launch record and its lease, and no stop is asked of it."""
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_cdc_provider.pipeline.stream_watch import StreamHealth
+
+    config, p = pipeline
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    first = StreamLaunch("L1", time.time() - 100, "/x/job1.log", pid=gone.pid, host=HOST, pid_start=1)
+    proc, second = a_job()
+    second = replace(second, launch_id="L2")
+    try:
+        p.state.write_launch(second)
+        assert p.state.try_lease(lease("L2", holder="shop/run2/stream", launch=second)) is None
+        event = {**StreamHealth(verdict, "the stream job is gone", None).to_dict(), "meter": None,
+                 "launch": first.to_dict()}
+        with pytest.raises(AirflowException):
+            BinlogStreamOperator(task_id="stream", config=config).execute_complete({"ti": None}, event)
+        assert proc.poll() is None, "run 2's stream was stopped"
+        assert p.state.read_launch() == second and p.state.read_lease().launch_id == "L2"
+        assert not p.state.stop_requested()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_an_earlier_try_still_running_after_its_stop_request_is_not_joined_by_a_second_stream(pipeline, monkeypatch):
+    """A cleared stream task's earlier try runs on another host, where only the stop request in the state store
+    reaches it; still heartbeating after the grace period, it keeps the lease and that request, and the new try
+    fails rather than launch a second stream beside it."""
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_cdc_provider.operators import stream as stream_module
+
+    monkeypatch.setattr(stream_module, "STOP_GRACE_SECONDS", 2)
+    config, p = pipeline
+    p.state.try_lease(lease("a", try_number=1, host="elsewhere"))
+    p.state.write_status(StreamStatus("running", "continuous", launch_id="a", updated_at=time.time()))
+    with pytest.raises(AirflowException, match="try 1 of this task still runs the stream"):
+        BinlogStreamOperator(task_id="stream", config=config)._acquire_lease(p, lease("b", try_number=2))
+    assert p.state.read_lease().launch_id == "a" and p.state.stop_requested()
