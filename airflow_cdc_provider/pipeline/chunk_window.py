@@ -188,6 +188,27 @@ class KeyOrderChanged(RuntimeError):
     """The table's key no longer orders as when its chunks were planned: their ranges may overlap."""
 
 
+class FinishedEpochChanged(RuntimeError):
+    """Chunks of a snapshot epoch that finished, to be read again under another definition of the table."""
+
+
+def check_finished_epoch(store, chunks: list[Chunk], schema: TableSchema) -> None:
+    """Refuse to read again chunks of the table's finished snapshot epoch (a succeeded chunk task cleared) once
+    the table's definition changed since the epoch read it: their rows would go among the epoch's under the new
+    definition, which the sinks and the stream hold the epoch's rows by the old one in (or have evolved, in place,
+    from it). Unchanged, a chunk is read again as a repair: its rows converge with the stream's by version."""
+    table, epoch = str(schema.table), chunks[0].epoch
+    finished = store.finished_snapshot(table)
+    base = store.table_base(table, epoch)
+    if finished is None or finished.epoch != epoch or base is None or base.schema == schema:
+        return
+    raise FinishedEpochChanged(
+        f"{table}: its snapshot epoch {epoch} has finished, and the table's definition changed since that snapshot "
+        f"read it (an ALTER): these chunks read again would put rows of the new definition among the epoch's. "
+        f"Re-snapshot the table instead of clearing its chunk tasks: airflow-cdc resnapshot <pipeline.yaml> --table "
+        f"{table} (or trigger a run with {{\"resnapshot\": [\"{table}\"]}})")
+
+
 def check_key_order(chunks: list[Chunk], schema: TableSchema) -> None:
     """Refuse to read chunks planned under another key or another order of it than the table has now (an ALTER
     changed a key column's collation or type, or the key, since the plan step): their ranges no longer split

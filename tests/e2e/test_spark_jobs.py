@@ -258,3 +258,26 @@ def test_a_snapshot_stops_at_a_row_keyed_by_a_zero_date_naming_table_and_column(
     layout = ParquetLayout(p.sink.path)
     published = layout.storage.listdir(layout.epoch_dir(table, chunks[0].epoch))
     assert [n for n in published if n.startswith("chunks=")] == []
+
+
+def test_a_chunk_of_a_finished_snapshot_is_read_again_unless_an_alter_changed_its_table(source_db, tmp_path, spark):
+    """A succeeded chunk task cleared after its epoch finished reads its range again, a repair whose rows converge
+    with the stream's by version; once an ALTER changed the table it is refused (its rows would go among the
+    epoch's under the new definition), naming the table and the re-snapshot to run, and the sink's files stay."""
+    source_db.execute("CREATE TABLE t (id INT PRIMARY KEY, a INT)")
+    source_db.execute("INSERT INTO t VALUES " + ", ".join(f"({i}, {i})" for i in range(1, 41)))
+    table = source_db.table("t")
+    p = Pipeline(source_db, tmp_path, parquet_sink(tmp_path), ["t"], chunk_size=10)
+    chunks = p.plan()
+    p.snapshot(chunks)
+    p.collect()
+    source_db.execute("UPDATE t SET a = a + 100 WHERE id <= 3")
+    p.snapshot(chunks)  # the task's chunks, as a cleared task reads them
+    assert sink_rows(spark, p.sink, p.secrets, table_types(source_db, "t")) == source_rows(source_db, "t")
+    layout = ParquetLayout(p.sink.path)
+    epoch_files = layout.storage.fs.find(layout.storage.path(layout.epoch_dir(table, chunks[0].epoch)))
+    source_db.execute("ALTER TABLE t RENAME COLUMN a TO b")
+    assert p.snapshot(chunks, check=False).returncode != 0
+    assert (f"{table}: its snapshot epoch {chunks[0].epoch} has finished, and the table's definition changed since"
+            in p.last_log("snapshot_chunk", None))
+    assert layout.storage.fs.find(layout.storage.path(layout.epoch_dir(table, chunks[0].epoch))) == epoch_files
