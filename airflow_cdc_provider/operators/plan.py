@@ -221,8 +221,9 @@ class PlanChunksOperator(BaseOperator):
         awaiting = set() if backfill else awaiting_drops(p.state, p.source_tables(), p.source_position)
         held = held_tables(p.state) if awaiting else set()
 
-        # another run's snapshot under way (a continuous pipeline runs two at a time) is left to it, unless named;
-        # looked up once, and only if a table not named needs a snapshot
+        # another run's snapshot under way (a continuous pipeline runs two at a time) is left to it, unless named
+        # (by a run that is no backfill: a backfill's runs share its conf, and each would read a named table again,
+        # their collects racing); looked up once, and only if such a table needs a snapshot
         under_way: dict[str, PlannedSnapshot] | None = None
         decided: dict[str, bool] = {}
 
@@ -241,9 +242,10 @@ class PlanChunksOperator(BaseOperator):
                                     f"{', '.join(sorted(awaiting))} left the source: it waits for a run after the "
                                     "stream has (if it is that table renamed, its sink data moves to it then)"))
                     wanted = False
-                if wanted and name not in resnapshot and under_way is None:
+                named = name in resnapshot and not backfill
+                if wanted and not named and under_way is None:
                     under_way = snapshots_under_way(context, p.state.planned_snapshots())
-                decided[name] = wanted and (name in resnapshot or name not in (under_way or {}))
+                decided[name] = wanted and (named or name not in (under_way or {}))
                 if wanted and not decided[name]:
                     other = under_way[name]
                     notices.append(("info", f"{name}: its snapshot (epoch {other.epoch}) is under way in DAG run "
