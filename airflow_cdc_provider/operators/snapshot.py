@@ -33,6 +33,28 @@ def small_task(task: ChunkTask, chunk_size: int) -> bool:
     return len(task.chunks) * chunk_size <= CLIENT_JIT_MAX_ROWS
 
 
+def chunks_to_read(task: ChunkTask, state) -> tuple[ChunkTask, list[str]]:
+    """The chunks of ``task`` still to read, and why the others are not: a table whose later snapshot finished
+    (this chunk of an earlier one has nothing to add) or that was taken out of the pipeline after this snapshot
+    was planned (``airflow-cdc uncapture``: reading it would bring its sink back). A task of several small
+    tables reads those left."""
+    uncaptured = state.uncaptured_tables()
+    left, why = [], {}
+    for c in task.chunks:
+        table = str(c.table)
+        finished = state.finished_snapshot(table)
+        if planned_before_uncapture(c.epoch, uncaptured.get(table)):
+            why[table] = (f"{table} taken out of the pipeline (airflow-cdc uncapture) after this snapshot was "
+                          "planned: nothing to read")
+        elif finished is not None and finished.epoch > c.epoch:
+            why[table] = (f"a later snapshot of {table} finished (epoch {finished.epoch}): this chunk of an earlier "
+                          'one has nothing to add. To read a table again, trigger a run with {"resnapshot": '
+                          '["db.table"]}')
+        else:
+            left.append(c)
+    return ChunkTask(left), list(why.values())
+
+
 class SnapshotChunkOperator(CdcLineageMixin, CdcSparkSubmitOperator):
     """Submit ``snapshot_chunk.py`` for ``chunk`` (an item of PlanChunksOperator's output) and return its
     chunk report(s), read back from the state store (spark-submit prints nothing usable in cluster mode).
@@ -71,28 +93,22 @@ class SnapshotChunkOperator(CdcLineageMixin, CdcSparkSubmitOperator):
         if not self.chunk or not self.chunk.get("chunks"):
             raise ValueError("SnapshotChunkOperator needs chunk={'label', 'chunks': [...]} from PlanChunksOperator")
         task = ChunkTask.from_dict(self.chunk)
-        context["chunk_label"] = task.label  # map_index_template: 'db.t [a, b)' in the UI
+        label = task.label
+        context["chunk_label"] = label  # map_index_template: 'db.t [a, b)' in the UI
         p = load_pipeline(self.config)
         ti = context["ti"]
+        task, left_out = chunks_to_read(task, p.state)
+        if not task.chunks:
+            from airflow.sdk.exceptions import AirflowSkipException
+
+            raise AirflowSkipException(f"{label}: {'; '.join(left_out)}")
+        for why in left_out:
+            self.log.warning("%s: %s", label, why)
         spec = p.job_spec(server_id=p.server_id(max(ti.map_index, 0)), tables=map(str, task.tables),
                           chunks=task.chunks)
         by_table_epoch: dict[tuple[str, int], list[int]] = {}  # (table, epoch) -> chunk indexes
         for c in task.chunks:
             by_table_epoch.setdefault((str(c.table), c.epoch), []).append(c.index)
-        newer = {table: f.epoch for table, epoch in by_table_epoch
-                 if (f := p.state.finished_snapshot(table)) is not None and f.epoch > epoch}
-        uncaptured = p.state.uncaptured_tables()
-        gone = {table for table, epoch in by_table_epoch if planned_before_uncapture(epoch, uncaptured.get(table))}
-        if set(newer) | gone >= {table for table, _ in by_table_epoch}:
-            from airflow.sdk.exceptions import AirflowSkipException
-
-            if gone:
-                raise AirflowSkipException(f"{task.label}: {', '.join(sorted(gone))} taken out of the pipeline "
-                                           "(airflow-cdc uncapture) after this snapshot was planned: nothing to read")
-            raise AirflowSkipException(f"{task.label}: a later snapshot of {', '.join(sorted(newer))} finished (epoch "
-                                       f"{', '.join(str(e) for _, e in sorted(newer.items()))}): this chunk of an "
-                                       "earlier one has nothing to add. To read a table again, trigger a run with "
-                                       '{"resnapshot": ["db.table"]}')
         for (table, epoch), indexes in by_table_epoch.items():  # no earlier attempt's report is taken for this one's
             p.state.clear_chunk_reports(table, epoch, indexes)
         if self.connect_conn_id:
