@@ -103,6 +103,16 @@ def _chunk_range(name: str) -> tuple[int, int] | None:
     return int(first), int(last)
 
 
+class WindowSuperseded(SinkError):
+    """Another attempt published a later read of the same chunks (its version is newer): this attempt's older rows
+    must not replace them (two attempts of one chunk task at once: a job an earlier attempt left running)."""
+
+
+def _version_of(name: str, key: str) -> int | None:
+    prefix = f"{key}="
+    return int(name[len(prefix):]) if name.startswith(prefix) and name[len(prefix):].lstrip("-").isdigit() else None
+
+
 class ParquetLayout:
     """Names of the sink's directories, relative to ``path`` (``location`` gives what Spark reads and writes),
     and the renames that publish them."""
@@ -125,13 +135,35 @@ class ParquetLayout:
     def window_dir(self, table: str, epoch: int, first: int, last: int) -> str:
         return f"{self.epoch_dir(table, epoch)}/chunks={first}-{last}"
 
-    def publish_window(self, staging: str, table: str, epoch: int, first: int, last: int) -> list[int]:
+    def published_version(self, rel: str) -> tuple[int, int, int] | None:
+        """The newest version (``version_path``) under the window directory ``rel``, None if it holds none."""
+        found = []
+        for seq in self.storage.listdir(rel):
+            for pos in self.storage.listdir(f"{rel}/{seq}"):
+                for row in self.storage.listdir(f"{rel}/{seq}/{pos}"):
+                    parts = (_version_of(seq, "_cdc_file_seq"), _version_of(pos, "_cdc_pos"),
+                             _version_of(row, "_cdc_row"))
+                    if None not in parts:
+                        found.append(parts)
+        return max(found) if found else None
+
+    def publish_window(self, staging: str, table: str, epoch: int, first: int, last: int,
+                       version: tuple[int, int, int] | None = None) -> list[int]:
         """Make ``staging`` the directory of chunks ``first..last``, after removing every directory an earlier
         attempt wrote for an overlapping range. Returns the chunks *outside* ``first..last`` whose rows went
         with such a directory (an attempt that grouped the chunks differently, e.g. after an upgrade): the
-        caller must drop their reports so they are read again, never silently missing."""
+        caller must drop their reports so they are read again, never silently missing. A directory of the same
+        chunks holding a newer ``version`` than this one's stays, and ``staging`` goes (``WindowSuperseded``)."""
         final = self.window_dir(table, epoch, first, last)
         parent, name = final.rsplit("/", 1)
+        published = self.published_version(final) if version is not None and self.storage.exists(final) else None
+        if published is not None and published > tuple(version):
+            self.storage.rmtree(staging)
+            raise WindowSuperseded(
+                f"{table}: chunks {first}-{last} of snapshot epoch {epoch}: another attempt published a later read "
+                f"of them (high watermark {published}, this one's {tuple(version)}), which stays; this attempt's "
+                "rows are discarded. Two attempts of one chunk task ran at once: stop any job an earlier attempt "
+                "left running (a cluster driver) before retrying")
         lost: list[int] = []
         for other in self.storage.listdir(parent):
             rng = _chunk_range(other)
@@ -381,7 +413,7 @@ class ParquetSink(FileSink):
         mid_write()
         wrapper = self.layout.staging_dir(table)
         self.layout.storage.rename(rewritten or staging, f"{wrapper}/{self.layout.version_path(version)}")
-        lost = self.layout.publish_window(wrapper, table, epoch, min(indexes), max(indexes))
+        lost = self.layout.publish_window(wrapper, table, epoch, min(indexes), max(indexes), tuple(version))
         if rewritten is not None:
             self.layout.storage.rmtree(staging)
         return lost
