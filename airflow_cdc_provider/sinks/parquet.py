@@ -51,6 +51,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+import logging
 import uuid
 from dataclasses import dataclass
 from decimal import Decimal
@@ -90,6 +91,8 @@ from airflow_cdc_provider.spark.frames import col, cols, latest_per_key, meta_dd
 from airflow_cdc_provider.spark.window_fold import FoldedWindow
 from airflow_cdc_provider.state.storage import Storage
 from airflow_cdc_provider.state.store import table_dir_name
+
+log = logging.getLogger("airflow_cdc.parquet")
 
 
 SPARK_ROW_METADATA = "org.apache.spark.sql.parquet.row.metadata"  # Spark's schema, in the footer of its files
@@ -281,7 +284,13 @@ class ParquetSink(FileSink):
         and they cannot be read with the new columns' types; so do changes of versions applied in place, whose
         history starts again with the new epoch. An epoch read under the newest version applied in place makes
         it version 0 (``_rebase_history``). Truncate and drop records need nothing here: reading the state
-        filters by their versions."""
+        filters by their versions. An epoch older than the current one (two collects of one table racing) is
+        never made current."""
+        previous = self.layout.read_current(table)
+        if previous is not None and previous["epoch"] > epoch:
+            log.warning("%s: snapshot epoch %d is not made current: epoch %d, planned later, is current already",
+                        table, epoch, previous["epoch"])
+            return
         staged = self.layout.read_schema(table, staged=True)
         if staged is not None:
             history = self.layout.read_history(table)
@@ -291,10 +300,8 @@ class ParquetSink(FileSink):
                 self.layout.delete_history(table)
             self.layout.write_schema(table, staged)
             self.layout.delete_staged_schema(table)
-        else:
-            previous = self.layout.read_current(table)
-            if previous is None or previous["epoch"] != epoch:
-                self._rebase_history(table)
+        elif previous is None or previous["epoch"] != epoch:
+            self._rebase_history(table)
         self._histories.pop(table, None)
         self.layout.write_current(table, epoch, min_low_watermark)
 

@@ -208,7 +208,11 @@ class StateStore:
         return FinishedSnapshot.from_dict(data) if data else None
 
     def write_finished_snapshot(self, snapshot: FinishedSnapshot) -> None:
-        self.write_json(f"tables/{table_dir_name(snapshot.table)}/snapshot.json", snapshot.to_dict())
+        """Record the table's finished epoch, unless a later one is recorded (two collects of one table racing:
+        an older epoch never replaces a newer one)."""
+        current = self.finished_snapshot(snapshot.table)
+        if current is None or current.epoch <= snapshot.epoch:
+            self.write_json(f"tables/{table_dir_name(snapshot.table)}/snapshot.json", snapshot.to_dict())
 
     def write_planned_snapshot(self, planned: PlannedSnapshot) -> None:
         self.write_json(f"tables/{table_dir_name(planned.table)}/planned.json", planned.to_dict())
