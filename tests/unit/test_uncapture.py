@@ -81,13 +81,16 @@ def test_refused_while_a_stream_runs_or_launches_or_a_snapshot_of_it_is_planned(
     with pytest.raises(UncaptureError, match="is running or launching and reads db.u: stop it first"):
         uncapture(config("[db.t]"), state, "db.u")
     later = time.time() + 86400  # the status's heartbeat is stale by then: a killed stream's
-    assert state.try_lease(StreamLease("l2", "shop_cdc/run2/stream", 1, "elsewhere", 1, "continuous",
-                                       acquired_at=later - 5)) is None  # a launch, before its first status
+    launching = StreamLease("l2", "shop_cdc/run2/stream", 1, "elsewhere", 1, "continuous", acquired_at=later - 5)
+    assert state.try_lease(launching) is None  # a launch, before its first status
+    state.write_lease(launching)  # taken just before ``later`` (the store records the time it took it at)
     with pytest.raises(UncaptureError, match="is running or launching"):
         uncapture(config("[db.t]"), state, "db.u", now=later)
     state.release_lease("l2")
-    assert state.try_lease(StreamLease("l3", "shop_cdc/run3/plan_chunks", 1, "elsewhere", 1, CARRY_OVER_MODE,
-                                       acquired_at=later - 5)) is None  # a plan step moving a renamed table
+    carrying = StreamLease("l3", "shop_cdc/run3/plan_chunks", 1, "elsewhere", 1, CARRY_OVER_MODE,
+                           acquired_at=later - 5)
+    assert state.try_lease(carrying) is None  # a plan step moving a renamed table
+    state.write_lease(carrying)
     with pytest.raises(UncaptureError, match="shop_cdc/run3/plan_chunks is carrying renamed tables over to their new "
                                              "names: run this again once it has finished"):
         uncapture(config("[db.t]"), state, "db.u", now=later)
