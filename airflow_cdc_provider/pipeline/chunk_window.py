@@ -194,9 +194,9 @@ class FinishedEpochChanged(RuntimeError):
 
 def check_finished_epoch(store, chunks: list[Chunk], schema: TableSchema) -> None:
     """Refuse to read again chunks of the table's finished snapshot epoch (a succeeded chunk task cleared) once
-    the table's definition changed since the epoch read it: their rows would go among the epoch's under the new
-    definition, which the sinks and the stream hold the epoch's rows by the old one in (or have evolved, in place,
-    from it). Unchanged, a chunk is read again as a repair: its rows converge with the stream's by version."""
+    the table's definition changed since the epoch read it: the sinks and the stream hold the epoch's rows under
+    the definition it was read with (or evolved them from it in place), and rows of the new one would go among
+    them. Unchanged, a chunk is read again as a repair: its rows converge with the stream's by version."""
     table, epoch = str(schema.table), chunks[0].epoch
     finished = store.finished_snapshot(table)
     base = store.table_base(table, epoch)
