@@ -30,7 +30,8 @@ read a CREATE TABLE and a RENAME TABLE for following online schema change tools'
 
 Names are case-sensitive (``lower_case_table_names=0``); an unqualified name is in the QUERY event's current
 database. MySQL's executable comments (``/*!50001 ...*/``, MariaDB's ``/*M!100301 ...*/``) are read as
-executed: the server that logged the statement ran them.
+executed: the server that logged the statement ran them. MariaDB's ``SET STATEMENT var=value FOR <statement>``
+is read as the statement it runs.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ _NO_TABLE_CHANGE = re.compile(
 )
 _EXECUTABLE_COMMENT = re.compile(r"/\*M?!(?:\d{5,6})?(.*?)\*/", re.DOTALL)
 _WORD = re.compile(r"[\w$]+")
+_STATEMENT_WORD = re.compile(r"\bSTATEMENT\b", re.IGNORECASE)
 # a possibly qualified, possibly quoted name, for statements sqlglot's tokenizer rejects
 _QUOTED_OR_BARE = r"(?:`(?:[^`]|``)+`|\"(?:[^\"]|\"\")+\"|[\w$]+)"  # "name": a name under ANSI_QUOTES
 _DOTTED_NAME = re.compile(rf"{_QUOTED_OR_BARE}(?:\s*\.\s*{_QUOTED_OR_BARE})*")
@@ -228,10 +230,30 @@ def named_tables(statement: str, default_database: str | None) -> set[TableId]:
 
 
 def _executed(statement: str) -> str:
-    """The statement with its executable comments opened: their text is part of the statement as run."""
-    if "/*" not in statement:
-        return statement
-    return _EXECUTABLE_COMMENT.sub(lambda m: f" {m.group(1)} ", statement)
+    """The statement as run: its executable comments opened (their text is part of the statement) and MariaDB's
+    ``SET STATEMENT var=value, ... FOR`` taken off (it only sets variables for the statement that follows)."""
+    if "/*" in statement:
+        statement = _EXECUTABLE_COMMENT.sub(lambda m: f" {m.group(1)} ", statement)
+    return _without_statement_variables(statement)
+
+
+def _without_statement_variables(sql: str) -> str:
+    """The statement after ``SET STATEMENT ... FOR``; ``sql`` itself when it has no such prefix (or cannot be
+    tokenized: the caller's own reading then fails the same way and resyncs what the text names)."""
+    if not _STATEMENT_WORD.search(sql):
+        return sql
+    try:
+        tokens = _Tokenizer(dialect=MySQL).tokenize(sql)
+    except SqlglotError:
+        return sql
+    if len(tokens) < 2 or [t.text.upper() if _is_bare(t) else None for t in tokens[:2]] != ["SET", "STATEMENT"]:
+        return sql
+    depth = 0
+    for token in tokens[2:]:  # the values are expressions: a FOR of a subquery is inside parentheses
+        depth += (token.token_type is TokenType.L_PAREN) - (token.token_type is TokenType.R_PAREN)
+        if depth == 0 and _is_bare(token) and token.text.upper() == "FOR":
+            return sql[token.end + 1:]
+    return sql
 
 
 def _captured_changes(changes: Iterable[_Change], statement: str,

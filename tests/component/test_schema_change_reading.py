@@ -103,6 +103,24 @@ def test_a_table_created_again_under_its_name_is_a_resync_not_decoded_with_the_o
     assert kinds == (["resync"] if create == "or-replace" else ["drop", "resync"]), kinds
 
 
+def test_statements_run_under_set_statement_are_read_as_their_statement(source_db, server_id):
+    """MariaDB logs ``SET STATEMENT var=value FOR <statement>`` as typed: the statement's change is still read."""
+    db = source_db
+    for name in ("t", "u"):
+        db.execute(f"CREATE TABLE {name} (id INT PRIMARY KEY)")
+        db.execute(f"INSERT INTO {name} VALUES (1)")
+    schemas = [schema_of(db, "t"), schema_of(db, "u")]
+    start = offset(db)
+    db.execute("SET STATEMENT max_statement_time=100 FOR TRUNCATE TABLE t")
+    db.execute("INSERT INTO t VALUES (2)")
+    db.execute("SET STATEMENT lock_wait_timeout=30, max_statement_time=100 FOR RENAME TABLE u TO u_old")
+    stop = offset(db)
+    got = read(db, start, stop, schemas, server_id)
+    summary = [r.kind if isinstance(r, SchemaChange) else (r.op, r.key) for r in got]
+    assert summary == ["truncate", ("c", (2,)), "drop"], summary
+    assert got[2].table.table == "u" and "u_old" in got[2].detail
+
+
 def test_events_a_snapshot_covers_are_skipped_unread(source_db, server_id):
     db = source_db
     db.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)")

@@ -530,3 +530,48 @@ def test_names_in_double_quotes_are_names_of_a_statement_not_understood(statemen
 def test_a_database_in_double_quotes_is_dropped():
     assert dropped_database('DROP DATABASE "db"') == "db"
     assert dropped_database('CREATE OR REPLACE DATABASE "db"') == "db"
+
+
+# --- MariaDB's SET STATEMENT ... FOR -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("prefix", [
+    "SET STATEMENT max_statement_time=100 FOR ",
+    "set statement sql_mode='NO_ENGINE_SUBSTITUTION,STRICT_TRANS_TABLES', lock_wait_timeout = 5 for ",
+    "SET STATEMENT optimizer_switch='index_merge=off', max_statement_time=(SELECT 100) FOR\n",
+    "/* tool */ SET STATEMENT note_verbosity='FOR a while' FOR ",
+])
+@pytest.mark.parametrize("statement, expected", [
+    ("TRUNCATE TABLE db.t", [("truncate", "db.t")]),
+    ("DROP TABLE t", [("drop", "db.t")]),
+    ("RENAME TABLE t TO t_old, t_new TO t", RESYNC_T),
+    ("RENAME TABLE t TO t_old", [("drop", "db.t")]),
+    ("CREATE OR REPLACE TABLE t (id INT PRIMARY KEY)", RESYNC_T),
+    ("ALTER TABLE t RENAME TO u", [("drop", "db.t")]),
+    ("ALTER TABLE t ADD c INT DEFAULT 3", RESYNC_T),
+    ("INSERT INTO t VALUES (1)", RESYNC_T),
+    ("ALTER TABLE t ADD INDEX (c)", []),
+])
+def test_set_statement_changes_what_its_statement_changes(prefix, statement, expected):
+    """``SET STATEMENT var=value, ... FOR <statement>`` runs <statement> with the variables set for its duration,
+    and the binlog holds it as typed: the change is the statement's own."""
+    assert kinds(prefix + statement) == kinds(statement) == expected
+
+
+def test_set_statement_for_drop_database_drops_the_database():
+    assert dropped_database("SET STATEMENT max_statement_time=100 FOR DROP DATABASE db") == "db"
+
+
+def test_set_statement_reads_the_statement_for_column_changes_and_online_schema_changes():
+    prefix = "SET STATEMENT lock_wait_timeout=5 FOR "
+    table = TableId("db", "t")
+    assert ddl.column_changes(prefix + "ALTER TABLE t ADD c INT", "db") == ddl.column_changes("ALTER TABLE t ADD c INT", "db")
+    assert ddl.column_changes(prefix + "ALTER TABLE t ADD c INT", "db")[0] == table
+    assert ddl.swapped_into(prefix + "RENAME TABLE t TO t_old, t_new TO t", "db", table) == TableId("db", "t_new")
+    assert ddl.table_creation(prefix + "CREATE TABLE t_new LIKE t", "db") == ddl.TableCreation(
+        TableId("db", "t_new"), like=table)
+
+
+def test_plain_set_statements_change_nothing():
+    assert changes("SET STATEMENT max_statement_time=100") == []  # no FOR: not a statement MariaDB runs
+    assert changes("SET @t = 'TRUNCATE TABLE t'") == []
