@@ -75,7 +75,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _fail(str(exc).splitlines())
     where = f"{args.config}: source"
-    from airflow_cdc_provider.pipeline.resolve import check_writable, resolve_pipeline
+    from airflow_cdc_provider.pipeline.resolve import check_sink_names, check_writable, resolve_pipeline
 
     try:
         pipeline = resolve_pipeline(cfg)
@@ -101,6 +101,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return _fail([f"{where}: {p}" for p in exc.problems])
     except (ConfigError, ConnectionConfigError, SourceError, ValueError) as exc:
         return _fail([f"{where}: {exc}"])
+    problems = check_sink_names(pipeline, [str(s.table) for s in plan.schemas])
+    if problems:
+        return _fail(problems)
     finished = pipeline.state.finished_tables()
     snapshotted = [str(s.table) for s in plan.schemas if str(s.table) in finished]
     try:

@@ -25,7 +25,7 @@ from airflow_cdc_provider.pipeline.renames import (
     renames_due,
     why_gone,
 )
-from airflow_cdc_provider.pipeline.resolve import claim_sink, load_pipeline, sink_moved
+from airflow_cdc_provider.pipeline.resolve import check_sink_names, claim_sink, load_pipeline, sink_moved
 from airflow_cdc_provider.pipeline.table_schemas import dropped_tables, resnapshots_due
 from airflow_cdc_provider.pipeline.uncapture import held_tables
 from airflow_cdc_provider.source.schema import TableSchema
@@ -103,6 +103,9 @@ class ValidateSourceOperator(BaseOperator):
             result = hook.validate(p.config.source.tables, p.config.source.chunk_key, p.captured_before())
         except SourceValidationError as exc:
             raise AirflowFailException("source validation failed:\n- " + "\n- ".join(exc.problems)) from None
+        problems = check_sink_names(p, [str(s.table) for s in result.schemas])
+        if problems:
+            raise AirflowFailException("sink table names:\n- " + "\n- ".join(problems))
         for name in result.gone:
             self.log.warning("table %s, captured before, no longer exists on the source (dropped or renamed)", name)
         return {"server": result.info.version, "tables": [str(s.table) for s in result.schemas], "gone": result.gone}
@@ -256,6 +259,11 @@ class PlanChunksOperator(BaseOperator):
                            p.config.source.chunk_key, max_tasks=max_tasks, should_split=needs_snapshot,
                            chunks_per_task=p.config.snapshot.chunks_per_task, captured_before=p.captured_before(),
                            schema_changes_per_table=p.config.stream.schema_changes_per_table)
+        problems = check_sink_names(p, [str(s.table) for s in plan.schemas])
+        if problems:
+            from airflow.sdk.exceptions import AirflowFailException
+
+            raise AirflowFailException("sink table names:\n- " + "\n- ".join(problems))
         applied = set(dropped_tables(p.state)) | set(p.state.renamed_tables()) if plan.validation.gone else set()
         for name in plan.validation.gone:
             notices.append(("warning", f"table {name} no longer exists on the source ({why_gone(p.state, name)}): "

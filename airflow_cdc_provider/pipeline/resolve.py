@@ -160,6 +160,11 @@ def check_writable(p: Pipeline) -> list[str]:
     return problems or sink_moved(p)
 
 
+def check_sink_names(p: Pipeline, tables: Iterable[str]) -> list[str]:
+    """Problems with the names the sink writes the captured ``tables`` under (``Sink.check_table_names``)."""
+    return [f"{p.config.where}: {problem}" for problem in p.open_sink().check_table_names(tables)]
+
+
 def sink_moved(p: Pipeline) -> list[str]:
     """The sink the state store's snapshots and stream position were written for, when the YAML now names
     another: the stream would go on from its checkpoint into the new sink, which would hold only the rows

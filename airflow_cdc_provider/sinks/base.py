@@ -24,7 +24,7 @@ import abc
 import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Mapping, Protocol
 
 from airflow_cdc_provider.state.store import table_dir_name
 
@@ -180,6 +180,28 @@ class Sink(abc.ABC):
     def check_writable(self) -> list[str]:
         """Problems that would stop the first write, each saying which key to change (validate step)."""
         return []
+
+    def table_name(self, table: str) -> str:
+        """The name the sink writes ``table`` ('db.table') under (a directory's, by default); a ``SinkError`` for
+        one it cannot hold."""
+        return table_dir_name(table)
+
+    def check_table_names(self, tables: Iterable[str]) -> list[str]:
+        """Problems with the names the captured ``tables`` are written under (validate and plan steps): a name the
+        sink cannot hold, and one name for two tables, which would overwrite, truncate and sweep away each
+        other's rows."""
+        problems, by_name = [], {}
+        for table in tables:
+            try:
+                by_name.setdefault(self.table_name(table), []).append(table)
+            except SinkError as exc:
+                problems.append(f"source.tables: {exc}")
+        for name, sharing in by_name.items():
+            if len(sharing) > 1:
+                problems.append(f"source.tables: tables {' and '.join(sharing)} would both be written to {name!r} "
+                                f"of the {self.type} sink, mixing their rows: capture only one of them here, and "
+                                "the other in a pipeline of its own with another sink")
+        return problems
 
     @abc.abstractmethod
     def describe(self) -> str:

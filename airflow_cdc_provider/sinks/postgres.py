@@ -542,6 +542,9 @@ class PostgresSink(Sink):
         conn = {"conn_id": settings.conn_id, **{k: v for k, v in fields.items() if k != "conn_type"}}
         return SinkConfig(type=cls.type, conn=conn, schema=settings.schema), ({"sink_password": password} if password else {})
 
+    def table_name(self, table: str) -> str:
+        return mirror_table_name(table)
+
     def describe(self) -> str:
         c = self.config.conn
         return f"jdbc sink {c.get('host')}:{c.get('port')}/{c.get('schema')} schema {self.config.schema}"

@@ -277,3 +277,27 @@ def test_plan_names_a_table_whose_re_snapshot_is_due(pipeline, source_db, tmp_pa
         in res.stdout
     due = json.loads(run(config, "--json", env_extra=env).stdout)["snapshot_due"]
     assert list(due) == [table] and "narrows amount" in due[table]
+
+
+def test_two_tables_written_to_one_jdbc_mirror_table_are_refused_at_plan(pipeline, source_db, mariadb, postgres):
+    """``db.x__y`` and ``db__x.y`` would share the mirror table ``db__x__y``: their rows would overwrite, truncate and
+    sweep each other's. The plan refuses the pair, naming both tables, before anything is written."""
+    write, env = pipeline
+    other = f"{source_db.name}__eu"
+    source_db.execute("CREATE TABLE eu__orders (id INT PRIMARY KEY)")
+    mariadb.create_database(other)
+    try:
+        with mariadb.root_connection() as conn, conn.cursor() as cur:
+            cur.execute(f"CREATE TABLE `{other}`.orders (id INT PRIMARY KEY)")
+        tables = [source_db.table("eu__orders"), f"{other}.orders", source_db.table("orders")]
+        sink = "sink: {type: jdbc, conn_id: pg, schema: cli_names}\n"
+        res = run(write(tables, sink), env_extra={**env, "AIRFLOW_CONN_PG": postgres.connection_uri()})
+        line = one_line_error(res)
+        assert (f"source.tables: tables {source_db.table('eu__orders')} and {other}.orders would both be written to "
+                f"'{other}__orders' of the jdbc sink") in line, line
+        # each name apart is fine, and the parquet sink keeps them apart
+        assert run(write(tables[:1] + tables[2:], sink), env_extra={**env, "AIRFLOW_CONN_PG": postgres.connection_uri()}
+                   ).returncode == 0
+        assert run(write(tables), env_extra=env).returncode == 0
+    finally:
+        mariadb.drop_database(other)
