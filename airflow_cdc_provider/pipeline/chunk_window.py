@@ -209,6 +209,28 @@ def check_finished_epoch(store, chunks: list[Chunk], schema: TableSchema) -> Non
         f"{table} (or trigger a run with {{\"resnapshot\": [\"{table}\"]}})")
 
 
+class EpochDefinitionChanged(RuntimeError):
+    """Chunks of a snapshot epoch to be read under another definition of the table than its first task read."""
+
+
+def check_epoch_definition(store, chunks: list[Chunk], schema: TableSchema) -> None:
+    """Refuse to read chunks under another definition of the table than the epoch's base (the definition its first
+    task read, ``StateStore.note_snapshot_definition``): after an ALTER between the epoch's chunk tasks, the sink
+    table would be changed under the rows the earlier tasks wrote (an added column NULL in them, not its default;
+    a retyped column's values gone), and the epoch would hold rows of two definitions. It cannot finish: the
+    table is snapshotted again, in a new epoch that reads one definition."""
+    table, epoch = str(schema.table), chunks[0].epoch
+    base = store.table_base(table, epoch)
+    if base is None or base.schema == schema:
+        return
+    raise EpochDefinitionChanged(
+        f"{table}: its definition changed while snapshot epoch {epoch} was being read (an ALTER between its chunk "
+        f"tasks): the chunks read before it are in the sink under the old definition, and these, read under the "
+        f"new one, would change the sink table under their rows. This epoch cannot finish; snapshot the table "
+        f"again: airflow-cdc resnapshot <pipeline.yaml> --table {table} (or trigger a run with "
+        f"{{\"resnapshot\": [\"{table}\"]}})")
+
+
 def check_key_order(chunks: list[Chunk], schema: TableSchema) -> None:
     """Refuse to read chunks planned under another key or another order of it than the table has now (an ALTER
     changed a key column's collation or type, or the key, since the plan step): their ranges no longer split

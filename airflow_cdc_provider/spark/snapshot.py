@@ -35,7 +35,7 @@ from airflow_cdc_provider.core.keys import Key
 from airflow_cdc_provider.core.offsets import BinlogOffset
 from airflow_cdc_provider.core.reports import ChunkReport
 from airflow_cdc_provider.pipeline.chunk_window import (
-    check_finished_epoch, check_key_order, chunk_reports, read_window, read_window_again,
+    check_epoch_definition, check_finished_epoch, check_key_order, chunk_reports, read_window, read_window_again,
 )
 from airflow_cdc_provider.pipeline.faults import FaultSwitch
 from airflow_cdc_provider.pipeline.jobspec import JobSpec
@@ -176,8 +176,9 @@ class SnapshotJob:
         schema = load_schema(conn, table, self.spec.chunk_key(table))
         check_key_order(chunks, schema)
         check_finished_epoch(self.store, chunks, schema)
-        self.store.write_table_schema(str(table), schema.to_dict())
         self.store.note_snapshot_definition(str(table), chunks[0].epoch, schema)
+        check_epoch_definition(self.store, chunks, schema)
+        self.store.write_table_schema(str(table), schema.to_dict())
         types = TableSinkTypes.of(schema, 0, chunks[0].epoch)
         self.sink.prepare(types, evolve=True)
         order = DatabaseKeyOrder(conn, schema)

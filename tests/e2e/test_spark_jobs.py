@@ -239,6 +239,37 @@ def test_the_stream_job_starts_its_python_workers_ahead_with_the_sources_modules
     assert len(started) == slots and all(w.ready for w in started), started
 
 
+def test_an_alter_between_chunk_tasks_of_one_epoch_fails_the_later_task_and_leaves_the_sink_table_as_it_was(
+        source_db, tmp_path, spark, postgres):
+    """Chunk tasks of one snapshot epoch read under two definitions: the task after the ALTER refuses, before it
+    changes the mirror table under the rows the earlier task wrote (the added column would be NULL in them, not
+    its default). A new epoch then snapshots the table under one definition."""
+    source_db.execute("CREATE TABLE t (id INT PRIMARY KEY, a INT)")
+    source_db.execute("INSERT INTO t VALUES " + ", ".join(f"({i}, {i})" for i in range(1, 41)))
+    table = source_db.table("t")
+    schema = f"s_{source_db.name}"
+    p = Pipeline(source_db, tmp_path, jdbc_sink(postgres, schema), ["t"], postgres=postgres, chunk_size=10)
+    chunks = p.plan()
+    p.snapshot(chunks[:2])
+    source_db.execute("ALTER TABLE t ADD COLUMN c INT NOT NULL DEFAULT 7")
+    assert p.snapshot(chunks[2:], check=False).returncode != 0
+    assert (f"{table}: its definition changed while snapshot epoch {chunks[0].epoch} was being read"
+            in p.last_log("snapshot_chunk", None))
+
+    def mirror() -> dict[int, tuple]:
+        with postgres.connect() as conn, conn.cursor() as cur:
+            cur.execute(f'SELECT * FROM "{schema}"."{source_db.name}__t" WHERE NOT _cdc_deleted ORDER BY id')
+            names = [d[0] for d in cur.description]
+            return {r[0]: tuple(v for n, v in zip(names, r) if not n.startswith("_cdc_")) for r in cur.fetchall()}
+
+    assert mirror() == {i: (i, i) for i in range(1, 21)}  # the first task's rows, under the definition they were read
+    again = p.plan()
+    p.snapshot(again)
+    p.collect()
+    assert mirror() == {i: (i, i, 7) for i in range(1, 41)}
+    assert sink_rows(spark, p.sink, p.secrets, table_types(source_db, "t")) == source_rows(source_db, "t")
+
+
 def test_a_snapshot_stops_at_a_row_keyed_by_a_zero_date_naming_table_and_column(source_db, tmp_path):
     """A zero date has no value: read as NULL, two rows of it would be one in the sinks. The snapshot task fails,
     naming the table and the column; it reports no chunk (the snapshot cannot be collected) and the parquet sink

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from decimal import Decimal
 
+import pytest
+
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.offsets import EventPosition
 from airflow_cdc_provider.source.schema import Column, TableSchema
@@ -93,3 +95,23 @@ def test_the_stream_orders_keys_as_the_snapshot_that_read_the_chunks_did_even_wi
     store.note_snapshot_definition("db.t", 3, binary)  # a later task read another definition
     assert store.snapshot_definitions_mixed("db.t", 3)
     assert chunk_order_schemas(store, today, {"db.t": 3}) == {"db.t": general}
+
+
+def test_chunks_of_an_epoch_are_read_under_its_first_definition_only(tmp_path):
+    """An ALTER between the chunk tasks of one snapshot epoch: the tasks reading the new definition refuse, naming
+    the table and the re-snapshot; those reading the epoch's first one go on."""
+    from airflow_cdc_provider.core.chunks import Chunk
+    from airflow_cdc_provider.pipeline.chunk_window import EpochDefinitionChanged, check_epoch_definition
+
+    store = StateStore(tmp_path / "state")
+    first, altered = schema("id", "a"), schema("id", "a", "c")
+    chunks = [Chunk(T, 0, ("id",), None, None, epoch=5)]
+    store.note_snapshot_definition("db.t", 5, first)
+    check_epoch_definition(store, chunks, first)
+    store.note_snapshot_definition("db.t", 5, altered)
+    with pytest.raises(EpochDefinitionChanged, match=r"^db\.t: its definition changed while snapshot epoch 5 was "
+                       r"being read .* airflow-cdc resnapshot <pipeline.yaml> --table db\.t"):
+        check_epoch_definition(store, chunks, altered)
+    check_epoch_definition(store, chunks, first)
+    store.note_snapshot_definition("db.t", 6, altered)  # a new epoch: its own first definition
+    check_epoch_definition(store, [Chunk(T, 0, ("id",), None, None, epoch=6)], altered)
