@@ -9,7 +9,9 @@ position:
 * ``resync``: an ALTER TABLE that adds, drops, changes or retypes columns or moves rows between tables, a
   table renamed into a captured name (gh-ost and pt-online-schema-change swap tables so), a captured name
   created again (CREATE TABLE after its drop, MariaDB's CREATE OR REPLACE TABLE), a primary key added or
-  dropped (the sinks key rows by it), a statement about the table that cannot be classified.
+  dropped (the sinks key rows by it), a foreign key added whose ON DELETE/UPDATE action changes the table's rows
+  (CASCADE, SET NULL, SET DEFAULT: InnoDB changes them without row events, so the table is held and the re-snapshot's
+  validation refuses it), a statement about the table that cannot be classified.
 
 Everything else (indexes, constraints, triggers, views, grants, table options) leaves the row images as they
 are and yields nothing.
@@ -100,15 +102,26 @@ _ROW_KEEPING_OPTIONS = (
 _ROW_DISCARDING_ENGINES = frozenset({"BLACKHOLE"})
 # table options sqlglot does not parse, that leave the rows as they are
 _ROW_KEEPING_OPTION_WORDS = frozenset({("CHECKSUM",), ("TABLESPACE",), ("DATA", "DIRECTORY"), ("INDEX", "DIRECTORY")})
-# ALTER TABLE ... ADD <word>: an index or a constraint, which leaves the rows as they are (unless PRIMARY)
+# ALTER TABLE ... ADD <word>: an index or a constraint, which leaves the rows as they are (unless PRIMARY; a foreign
+# key's row-changing actions: see ``_Reader.row_changing_actions``)
 _ADDED_INDEXES = frozenset({"INDEX", "KEY", "UNIQUE", "FULLTEXT", "SPATIAL", "FOREIGN KEY", "CHECK", "CONSTRAINT"})
+# a foreign key's action that changes the referencing rows when the referenced ones change, in a statement's keywords
+_ROW_CHANGING_ACTION = re.compile(r"\bON (DELETE|UPDATE) (CASCADE|SET NULL|SET DEFAULT)\b")
 
 
 def mentions_captured(statement: str, names: Iterable[str]) -> bool:
-    """Whether one of the captured tables' bare ``names`` occurs in ``statement``: the cheap test run on every
-    QUERY event before anything is parsed. It may say yes for a statement that does not name the table (the
-    classification then finds nothing), never no for one that does."""
-    return any(name in statement for name in names)
+    """Whether one of the captured tables' bare ``names`` occurs in ``statement``, as is or quoted: the cheap test
+    run on every QUERY event before anything is parsed. It may say yes for a statement that does not name the table
+    (the classification then finds nothing), never no for one that does."""
+    return any(written in statement for name in names for written in _as_written(name))
+
+
+def _as_written(name: str) -> tuple[str, ...]:
+    """``name`` as a statement may write it: inside quotes, the quote character it holds is doubled (`` `a``b` ``,
+    and ``"a""b"`` under ANSI_QUOTES)."""
+    if "`" not in name and '"' not in name:
+        return (name,)
+    return name, name.replace("`", "``"), name.replace('"', '""')
 
 
 def schema_changes(statement: str, default_database: str | None,
@@ -152,7 +165,8 @@ def column_changes(statement: str, default_database: str | None) -> tuple[TableI
     """The table and the column changes, in statement order, of an ALTER TABLE whose specifications all add, drop,
     rename or redefine columns or leave the row images as they are (indexes and constraints other than the
     primary key, ALTER COLUMN ... SET/DROP DEFAULT, table options, ALGORITHM=, LOCK=). None for any other
-    statement, and for one not understood in every part: the caller keeps the resync, which is always right."""
+    statement (one adding a foreign key whose actions change rows too), and for one not understood in every part:
+    the caller keeps the resync, which is always right."""
     if _NO_TABLE_CHANGE.match(statement):
         return None
     try:
@@ -165,6 +179,8 @@ def column_changes(statement: str, default_database: str | None) -> tuple[TableI
         reader.words("IF", "EXISTS")
         table = reader.table()
         reader.lock_wait()
+        if reader.row_changing_actions():
+            return None
         changes: list[ColumnChange] = []
         for clause in reader.clauses():
             found = _clause_column_changes(clause)
@@ -180,7 +196,8 @@ def column_changes(statement: str, default_database: str | None) -> tuple[TableI
 class TableCreation:
     """What a plain CREATE TABLE creates: ``table``, as a copy of ``like``'s definition (CREATE TABLE ... LIKE),
     or with the columns ``columns`` (its column definitions, by name, in order); both None when it is neither
-    (CREATE ... SELECT, IF NOT EXISTS, a definition not parsed)."""
+    (CREATE ... SELECT, IF NOT EXISTS, a definition not parsed, or one with a foreign key whose actions change
+    rows: see ``_Reader.row_changing_actions``)."""
 
     table: TableId
     like: TableId | None = None
@@ -210,6 +227,8 @@ def table_creation(statement: str, default_database: str | None) -> TableCreatio
             if parenthesised and not reader.at_end() and reader.tokens[reader.i].token_type is TokenType.R_PAREN:
                 reader.i += 1
             return TableCreation(table, like=like) if reader.at_end() else TableCreation(table)
+        if reader.row_changing_actions():
+            return TableCreation(table)
     except (SqlglotError, _NotUnderstood):
         return None
     tree = _parse(sql)
@@ -454,6 +473,13 @@ class _Reader:
 
     def takes_rest(self) -> bool:
         return _is_partition_clause(self.peek(), self.peek(1)) or self.peek() == "ORDER BY"
+
+    def row_changing_actions(self) -> list[str]:
+        """The foreign key actions from here on that change this table's rows when the rows they reference change
+        (``ON DELETE CASCADE``, ``ON UPDATE SET NULL``, ...). InnoDB takes them inside the engine and MariaDB logs
+        no row event for them, so the sink would keep rows the source deleted or changed."""
+        words = " ".join(t.text.upper() if _is_bare(t) else "?" for t in self.tokens[self.i:])
+        return [f"ON {event} {action}" for event, action in _ROW_CHANGING_ACTION.findall(words)]
 
     def all_words(self) -> set[str]:
         """The keywords from here on, word by word (sqlglot makes one token of PRIMARY KEY, PARTITION BY, ...)."""
@@ -703,12 +729,15 @@ def _alter(reader: _Reader) -> list[_Change] | None:
     if ignore is not None:  # a unique key it adds deletes duplicate rows, without row events
         effect.changes.append("alter ignore")
     reader.lock_wait()
+    actions = reader.row_changing_actions()
     tree = _parse(f"ALTER TABLE t {reader.rest()}")
     if isinstance(tree, exp.Alter):
         _read_alter_tree(tree, effect, reader)
     else:
         for clause in reader.clauses():
             _read_alter_clause(clause, effect)
+    if actions:  # held: the re-snapshot's validation refuses the table
+        effect.changes.append(f"add foreign key with {' and '.join(actions)} (its changes are not in the binlog)")
     return effect.result()
 
 

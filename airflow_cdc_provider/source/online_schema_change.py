@@ -69,7 +69,8 @@ def _shadow_statement(statement: str, database: str | None, shadow: TableId,
         if creation.columns is not None:
             return replace(note, kind=CREATED, columns=creation.columns)
         return note.refused(f"created like {creation.like}" if creation.like else
-                            "created from a query, or with a definition not read")
+                            "created from a query, with a definition not read, or with a foreign key whose "
+                            "actions change rows without row events")
     altered = column_changes(statement, database)
     if altered is not None and altered[0] == shadow:
         return note.refused("its storage engine set") if _ENGINE.search(statement) else replace(note, kind=ALTERED)

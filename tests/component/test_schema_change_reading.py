@@ -18,6 +18,7 @@ from airflow_cdc_provider.source.binlog import TableChangeReader, read_changes_b
 from airflow_cdc_provider.source.chunk_queries import split_schema
 from airflow_cdc_provider.source.schema import load_schema
 from airflow_cdc_provider.source.server import current_offset
+from airflow_cdc_provider.source.validation import check_foreign_key_actions
 
 
 def offset(db):
@@ -119,6 +120,53 @@ def test_statements_run_under_set_statement_are_read_as_their_statement(source_d
     summary = [r.kind if isinstance(r, SchemaChange) else (r.op, r.key) for r in got]
     assert summary == ["truncate", ("c", (2,)), "drop"], summary
     assert got[2].table.table == "u" and "u_old" in got[2].detail
+
+
+def test_a_cascading_foreign_key_added_to_a_captured_table_holds_it(source_db, server_id):
+    """MariaDB logs no row event for the rows a cascading foreign key deletes: the ALTER that adds one to a captured
+    table is a resync (the table is held; its re-snapshot's validation refuses it). A table only referenced by such
+    a key has row events of its own."""
+    db = source_db
+    db.execute("CREATE TABLE parent (id INT PRIMARY KEY)")
+    db.execute("INSERT INTO parent VALUES (1), (2)")
+    for name, parent in (("t", 1), ("other", 2)):
+        db.execute(f"CREATE TABLE {name} (id INT PRIMARY KEY, p INT)")
+        db.execute(f"INSERT INTO {name} VALUES (10, {parent})")
+    captured = [schema_of(db, "parent"), schema_of(db, "t")]
+    start = offset(db)
+    db.execute("ALTER TABLE other ADD FOREIGN KEY (p) REFERENCES parent (id) ON DELETE CASCADE")  # not captured
+    db.execute("ALTER TABLE t ADD CONSTRAINT fk FOREIGN KEY (p) REFERENCES parent (id) ON DELETE CASCADE")
+    altered = offset(db)
+    db.execute("DELETE FROM parent")
+    stop = offset(db)
+    got = read(db, start, stop, captured, server_id)
+    summary = [(r.kind, r.table.table) if isinstance(r, SchemaChange) else (r.op, r.table.table) for r in got]
+    assert summary == [("resync", "t"), ("d", "parent"), ("d", "parent")], summary
+    assert "ON DELETE CASCADE" in got[0].detail
+    # why: the cascade emptied both children, and the binlog has the parent's deletes only
+    assert db.execute("SELECT COUNT(*) FROM t") == db.execute("SELECT COUNT(*) FROM other") == [(0,)]
+    every = captured + [schema_of(db, "other")]
+    assert [(r.op, r.table.table) for r in read(db, altered, stop, every, server_id)] == [
+        ("d", "parent"), ("d", "parent")]
+    with db.connection() as conn:  # what the re-snapshot's plan step finds
+        refused = check_foreign_key_actions(conn, TableId(db.name, "t"))
+    assert len(refused) == 1 and "foreign key fk (to parent) has ON DELETE CASCADE" in refused[0], refused
+
+
+def test_a_captured_name_holding_a_backquote_is_followed(source_db, server_id):
+    """Statements write the name ``a`b`` as ```a``b```: the reader still finds its statements."""
+    db = source_db
+    db.execute("CREATE TABLE `a``b` (id INT PRIMARY KEY)")
+    db.execute("INSERT INTO `a``b` VALUES (1)")
+    known = schema_of(db, "a`b")
+    start = offset(db)
+    db.execute("TRUNCATE TABLE `a``b`")
+    db.execute("INSERT INTO `a``b` VALUES (2)")
+    db.execute("ALTER TABLE `a``b` ADD COLUMN c VARCHAR(3)")
+    got = read(db, start, offset(db), [known], server_id)
+    summary = [r.kind if isinstance(r, SchemaChange) else (r.op, r.key) for r in got]
+    assert summary == ["truncate", ("c", (2,)), "resync"], summary
+    assert {r.table for r in got} == {known.table}
 
 
 def test_events_a_snapshot_covers_are_skipped_unread(source_db, server_id):

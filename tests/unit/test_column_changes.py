@@ -92,6 +92,7 @@ def test_several_specifications_in_statement_order():
     "ALTER TABLE t DROP INDEX i, DROP FOREIGN KEY fk, DROP CHECK ck, ADD c INT",
     "ALTER TABLE t ADD FULLTEXT INDEX ft (v), ADD c INT, ADD CONSTRAINT chk CHECK (c > 0)",
     "ALTER TABLE t ADD c INT, ADD UNIQUE KEY uk (c), ADD CONSTRAINT fk FOREIGN KEY (c) REFERENCES x (id)",
+    "ALTER TABLE t ADD c INT, ADD FOREIGN KEY (c) REFERENCES x (id) ON DELETE RESTRICT ON UPDATE NO ACTION",
     "ALTER TABLE t RENAME INDEX a TO b, ADD c INT, FORCE",
     "ALTER TABLE t ADD c INT, ALGORITHM=INSTANT",
     "ALTER TABLE t /*!50100 ADD c INT */",
@@ -129,6 +130,9 @@ def test_the_table_in_the_current_database_or_as_qualified(statement, database, 
     "ALTER TABLE t DROP KEY `PRIMARY`",
     "ALTER TABLE t ADD CONSTRAINT pk PRIMARY KEY (a)",
     "ALTER TABLE t ALTER COLUMN c SET INVISIBLE",
+    "ALTER TABLE t ADD c INT, ADD CONSTRAINT fk FOREIGN KEY (c) REFERENCES x (id) ON DELETE CASCADE",
+    "ALTER TABLE t ADD FOREIGN KEY (c) REFERENCES x (id) ON UPDATE SET NULL",
+    "ALTER TABLE t ADD c INT REFERENCES x (id) ON DELETE SET NULL",  # MariaDB makes it a foreign key
     "ALTER TABLE t ADD c VARCHAR(10) COMPRESSED",  # MariaDB-only forms sqlglot rejects stay a resync
     "ALTER TABLE t ADD c INT AS (a + 1) PERSISTENT",
     "ALTER TABLE t ADD c INT, FROB",

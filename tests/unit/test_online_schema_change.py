@@ -58,6 +58,11 @@ def test_the_tools_statements_about_their_shadow():
     assert notes("alter /* gh-ost */ table `db`.`_t_gho` engine=MyISAM") == [
         ("other", "db._t_gho", (), "its storage engine set")]
     assert notes("CREATE TABLE _t_gho LIKE other")[0][:2] == ("other", "db._t_gho")
+    # a foreign key whose actions change the shadow's rows without row events would land in the table at the swap
+    assert notes("ALTER TABLE _t_gho ADD FOREIGN KEY (p) REFERENCES x (id) ON DELETE CASCADE")[0][:2] == (
+        "other", "db._t_gho")
+    assert notes("CREATE TABLE `db`.`_t_new` (`id` int NOT NULL, `p` int, PRIMARY KEY (`id`), CONSTRAINT `_fk` "
+                 "FOREIGN KEY (`p`) REFERENCES `x` (`id`) ON DELETE SET NULL)")[0][:2] == ("other", "db._t_new")
     assert notes("CREATE TABLE _t_gho AS SELECT * FROM t")[0][:2] == ("other", "db._t_gho")
     assert notes("RENAME TABLE x TO _t_gho")[0][:2] == ("other", "db._t_gho")
     # the swap: the shadow leaves; the table it lands in is the reader's business
