@@ -98,8 +98,12 @@ _ROW_KEEPING_OPTIONS = (
     exp.AlgorithmProperty, exp.LockProperty, exp.CharacterSetProperty, exp.CollateProperty, exp.ForceProperty,
     exp.Order,
 )
-# engines that keep no rows: a table moved to one is emptied without row events
-_ROW_DISCARDING_ENGINES = frozenset({"BLACKHOLE"})
+# storage engines whose tables change only by statements of this server, each logged as row events of the table;
+# a table moved to another (BLACKHOLE keeps no rows, MERGE shows other tables' rows, FEDERATED, CONNECT and SPIDER
+# another server's) is held, and validation refuses it
+_QUOTES = "'\"`"
+ROW_LOGGING_ENGINES = frozenset({"INNODB", "ARIA", "MYISAM", "MEMORY", "HEAP", "CSV", "ARCHIVE", "ROCKSDB", "S3",
+                                 "MROONGA"})
 # table options sqlglot does not parse, that leave the rows as they are
 _ROW_KEEPING_OPTION_WORDS = frozenset({("CHECKSUM",), ("TABLESPACE",), ("DATA", "DIRECTORY"), ("INDEX", "DIRECTORY")})
 # ALTER TABLE ... ADD <word>: an index or a constraint, which leaves the rows as they are (unless PRIMARY; a foreign
@@ -758,7 +762,10 @@ def _read_alter_tree(tree: exp.Alter, effect: _AlterEffect, reader: _Reader) -> 
         elif (change := _action_change(action)) is not None:
             effect.changes.append(change)
     for option in tree.args.get("options") or ():
-        if not _keeps_rows(option):
+        if isinstance(option, exp.EngineProperty) and not _keeps_rows(option):
+            effect.changes.append(f"moved to the {option.name.strip(_QUOTES)} storage engine, whose rows change "
+                                  "without row events of the table")
+        elif not _keeps_rows(option):
             effect.changes.append(_not_understood(option.sql("mysql")))
 
 
@@ -767,8 +774,8 @@ def _keeps_rows(option: exp.Expression) -> bool:
     ROW_FORMAT=, ALGORITHM=, LOCK=, DEFAULT CHARSET=, COLLATE=, FORCE, ORDER BY and the plain ``NAME=value``
     options (KEY_BLOCK_SIZE=, STATS_PERSISTENT=, ...). Any other kind of option (one sqlglot may learn to parse,
     such as PARTITION BY) is not known to."""
-    if isinstance(option, exp.EngineProperty) and option.name.upper() in _ROW_DISCARDING_ENGINES:
-        return False
+    if isinstance(option, exp.EngineProperty):
+        return option.name.strip(_QUOTES).upper() in ROW_LOGGING_ENGINES
     return type(option) is exp.Property or isinstance(option, _ROW_KEEPING_OPTIONS)
 
 

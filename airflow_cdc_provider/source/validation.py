@@ -38,6 +38,7 @@ from airflow_cdc_provider.compat import replication
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.records import null_key_message
 from airflow_cdc_provider.sinks.types import UnsupportedColumnType, sink_type
+from airflow_cdc_provider.source.ddl import ROW_LOGGING_ENGINES
 from airflow_cdc_provider.source.generated_columns import session_dependence
 from airflow_cdc_provider.source.schema import (
     Column,
@@ -208,6 +209,23 @@ def check_foreign_key_actions(conn: Any, table: TableId) -> list[str]:
             f"`{name.replace('`', '``')}`, ADD CONSTRAINT ... ON DELETE RESTRICT ON UPDATE RESTRICT) and change the "
             "rows in the application, or leave the table out of source.tables")
     return problems
+
+
+def check_storage_engine(conn: Any, table: TableId) -> list[str]:
+    """A table of an engine whose rows change without row events of the table in this server's binlog (BLACKHOLE
+    keeps none, MERGE shows other tables' rows, FEDERATED, CONNECT and SPIDER another server's, ColumnStore's bulk
+    loads bypass the binlog): the sink would miss changes. Refused, naming the engine and the fix."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                    (table.database, table.table))
+        row = cur.fetchone()
+    engine = row[0] if row else None
+    if engine is None or engine.upper() in ROW_LOGGING_ENGINES:
+        return []
+    return [f"table {str(table)!r} uses the {engine} storage engine, whose rows change without row events of the "
+            f"table in this server's binlog, so the sink would miss changes: capture the table where its rows are "
+            f"written, or move it to InnoDB (ALTER TABLE {display_table(table)} ENGINE=InnoDB), or leave it out of "
+            "source.tables"]
 
 
 # Types whose order in the server is not the order of their canonical value, which chunk lookups compare: INET4,
@@ -486,7 +504,7 @@ def validate_source(
             continue
         table_problems = (check_table_access(conn, schema) + check_chunk_key(schema, unique_keys(conn, table))
                           + check_columns(schema, info) + check_generated_columns(conn, schema)
-                          + check_foreign_key_actions(conn, table)
+                          + check_foreign_key_actions(conn, table) + check_storage_engine(conn, table)
                           + check_enum_key_order(conn, schema) + check_char_key_padding(conn, schema))
         if not table_problems:  # the key is one, and the table can be read
             table_problems = check_zero_date_keys(conn, schema)

@@ -546,3 +546,17 @@ def test_foreign_keys_whose_actions_are_not_in_the_binlog_are_refused(mariadb, s
     assert len(found) == 2, found
     assert "fk_p (to parent) has ON DELETE CASCADE" in found[0] and db.table("child") in found[0]
     assert "fk_n (to parent) has ON UPDATE SET NULL" in found[1] and "RESTRICT" in found[1]
+
+
+def test_a_table_of_an_engine_whose_changes_are_not_its_row_events_is_refused(source_db):
+    """A MERGE table shows the rows of other tables: a change of them is logged as theirs, never as the merge
+    table's, so its sink would miss it. A MyISAM table logs its own changes and passes."""
+    db = source_db
+    for name in ("m1", "m2"):
+        db.execute(f"CREATE TABLE {name} (id INT PRIMARY KEY, v INT) ENGINE=MyISAM")
+    db.execute("CREATE TABLE merged (id INT NOT NULL, v INT, PRIMARY KEY (id)) ENGINE=MRG_MyISAM UNION=(m1, m2)")
+    found = problems(db.settings, [db.table("merged"), db.table("m1")])
+    assert found == [f"table '{db.table('merged')}' uses the MRG_MyISAM storage engine, whose rows change without row "
+                     f"events of the table in this server's binlog, so the sink would miss changes: capture the table "
+                     f"where its rows are written, or move it to InnoDB (ALTER TABLE `{db.name}`.`merged` "
+                     "ENGINE=InnoDB), or leave it out of source.tables"], found
