@@ -20,7 +20,9 @@ from airflow_cdc_provider.core.offsets import BinlogOffset, EventPosition
 from airflow_cdc_provider.core.schema_changes import RESYNC, shorten
 from airflow_cdc_provider.core.shadow_tables import ShadowStatement
 from airflow_cdc_provider.source.binlog import DefinitionsChanged, Evolutions, TableChangeReader, read_changes_between
-from airflow_cdc_provider.source.schema import TableConfigError, column_type_of, column_types, load_schema
+from airflow_cdc_provider.source.schema import (
+    TableConfigError, column_type_of, column_types, load_schema, table_charset,
+)
 from airflow_cdc_provider.source.settings import ConnectionSettings
 from airflow_cdc_provider.source.table_versions import TableVersion, sink_versions, version_at
 from airflow_cdc_provider.state.store import StateStore
@@ -169,9 +171,10 @@ class StreamEvolutions(Evolutions):
                 now = load_schema(conn, table, before.schema.key_columns)
             except TableConfigError:
                 now = None
+            charset = table_charset(conn, table)
         finally:
             conn.close()
-        result = evolve_definition(before.schema, parsed[1], now, before.number + 1, position, statement)
+        result = evolve_definition(before.schema, parsed[1], now, before.number + 1, position, statement, charset)
         if isinstance(result, str):
             return result
         if shadow is not None and (now is None or result.schema.column_names != now.column_names):

@@ -11,10 +11,12 @@ position:
   created again (CREATE TABLE after its drop, MariaDB's CREATE OR REPLACE TABLE), a primary key added or
   dropped (the sinks key rows by it), a foreign key added whose ON DELETE/UPDATE action changes the table's rows
   (CASCADE, SET NULL, SET DEFAULT: InnoDB changes them without row events, so the table is held and the re-snapshot's
-  validation refuses it), a statement about the table that cannot be classified.
+  validation refuses it), the table's default character set or collation changed (what later ALTERs mean depends
+  on it), the table moved to a storage engine whose rows change without its row events, a statement about the
+  table that cannot be classified.
 
-Everything else (indexes, constraints, triggers, views, grants, table options) leaves the row images as they
-are and yields nothing.
+Everything else (indexes, constraints, triggers, views, grants, other table options) leaves the row images as
+they are and yields nothing.
 
 Statements are read with sqlglot's MySQL dialect. Its tokenizer deals with quoting, comments and the case of
 keywords for every statement; its parse trees give TRUNCATE, DROP TABLE and the specifications of ALTER TABLE.
@@ -95,9 +97,14 @@ _ROW_KEEPING_PARTITION_OPS = frozenset({"ADD", "ANALYZE", "CHECK", "OPTIMIZE", "
 # table options of sqlglot's ALTER TABLE trees that leave the rows as they are
 _ROW_KEEPING_OPTIONS = (
     exp.EngineProperty, exp.SchemaCommentProperty, exp.AutoIncrementProperty, exp.RowFormatProperty,
-    exp.AlgorithmProperty, exp.LockProperty, exp.CharacterSetProperty, exp.CollateProperty, exp.ForceProperty,
-    exp.Order,
+    exp.AlgorithmProperty, exp.LockProperty, exp.ForceProperty, exp.Order,
 )
+# table options that set the table's default character set or collation, which the rows keep. A column a later
+# ALTER types without a character set takes that default, and the stream reads it from the table when it
+# reaches that ALTER (``source.schema_evolution``): it is the default the ALTER met only while no such option
+# lies between them, so one is a resync
+_DEFAULT_CHARSET_OPTIONS = (exp.CharacterSetProperty, exp.CollateProperty)
+_DEFAULT_CHARSET_CHANGE = "default character set"
 # storage engines whose tables change only by statements of this server, each logged as row events of the table;
 # a table moved to another (BLACKHOLE keeps no rows, MERGE shows other tables' rows, FEDERATED, CONNECT and SPIDER
 # another server's) is held, and validation refuses it
@@ -762,7 +769,10 @@ def _read_alter_tree(tree: exp.Alter, effect: _AlterEffect, reader: _Reader) -> 
         elif (change := _action_change(action)) is not None:
             effect.changes.append(change)
     for option in tree.args.get("options") or ():
-        if isinstance(option, exp.EngineProperty) and not _keeps_rows(option):
+        if isinstance(option, _DEFAULT_CHARSET_OPTIONS):
+            if _DEFAULT_CHARSET_CHANGE not in effect.changes:  # CHARACTER SET x COLLATE y: two options
+                effect.changes.append(_DEFAULT_CHARSET_CHANGE)
+        elif isinstance(option, exp.EngineProperty) and not _keeps_rows(option):
             effect.changes.append(f"moved to the {option.name.strip(_QUOTES)} storage engine, whose rows change "
                                   "without row events of the table")
         elif not _keeps_rows(option):
@@ -771,9 +781,9 @@ def _read_alter_tree(tree: exp.Alter, effect: _AlterEffect, reader: _Reader) -> 
 
 def _keeps_rows(option: exp.Expression) -> bool:
     """A table option of sqlglot's tree known to leave the rows as they are: ENGINE=, COMMENT=, AUTO_INCREMENT=,
-    ROW_FORMAT=, ALGORITHM=, LOCK=, DEFAULT CHARSET=, COLLATE=, FORCE, ORDER BY and the plain ``NAME=value``
-    options (KEY_BLOCK_SIZE=, STATS_PERSISTENT=, ...). Any other kind of option (one sqlglot may learn to parse,
-    such as PARTITION BY) is not known to."""
+    ROW_FORMAT=, ALGORITHM=, LOCK=, FORCE, ORDER BY and the plain ``NAME=value`` options (KEY_BLOCK_SIZE=,
+    STATS_PERSISTENT=, ...). Any other kind of option (one sqlglot may learn to parse, such as PARTITION BY) is
+    not known to."""
     if isinstance(option, exp.EngineProperty):
         return option.name.strip(_QUOTES).upper() in ROW_LOGGING_ENGINES
     return type(option) is exp.Property or isinstance(option, _ROW_KEEPING_OPTIONS)
@@ -975,7 +985,7 @@ def _column_change(kind: str, name: str, new_name: str | None, definition: exp.C
             value = attribute.this
             if isinstance(value, exp.Collate):  # c VARCHAR(5) DEFAULT 'x' COLLATE y: the column's collation
                 collation, value = value.expression.name, value.this
-            default_sql = value.sql("mysql")
+            default_sql = _default_as_written(value, clause, prefix)
         elif isinstance(attribute, _GENERATED_CONSTRAINTS):
             generated = True
         elif isinstance(attribute, exp.AutoIncrementColumnConstraint):
@@ -996,6 +1006,22 @@ def _column_change(kind: str, name: str, new_name: str | None, definition: exp.C
             raise _NotUnderstood(f"column position {position.sql('mysql')}")
     return ColumnChange(kind, name, new_name, _type_as_written(definition, clause, prefix, collation), nullable,
                         default_sql, placement, generated, auto_increment)
+
+
+def _default_as_written(value: exp.Expression, clause: _Reader, prefix: str) -> str:
+    """A DEFAULT's expression, each string in the quotes the statement wrote it in: a string in double quotes is a
+    name under the sql_mode ANSI_QUOTES (or ORACLE), which the statement's session may have had."""
+    offset = clause.tokens[clause.i].start - len(prefix)  # from sqlglot's positions to the statement's
+
+    def written(node: exp.Expression) -> exp.Expression:
+        start, end = node.meta.get("start"), node.meta.get("end")
+        if isinstance(node, exp.Literal) and node.is_string and start is not None and end is not None:
+            text = clause.sql[start + offset: end + offset + 1]
+            if text.startswith('"'):
+                return exp.Var(this=text)
+        return node
+
+    return value.transform(written).sql("mysql")
 
 
 def _type_as_written(definition: exp.ColumnDef, clause: _Reader, prefix: str, collation: str | None) -> str:

@@ -256,6 +256,16 @@ def load_schema(conn: Any, table: TableId, chunk_key: str | Sequence[str] | None
     return TableSchema(table, columns, pk, key)
 
 
+def table_charset(conn: Any, table: TableId) -> str | None:
+    """The table's default character set, which a column the table's statements type without one takes; None when
+    the table is not there. A collation's name begins with its character set's."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT TABLE_COLLATION FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                    (table.database, table.table))
+        row = cur.fetchone()
+    return str(row[0]).split("_", 1)[0] if row and row[0] else None
+
+
 def load_schemas(
     conn: Any, tables: Sequence[TableId], chunk_keys: Mapping[str, Any] | None = None
 ) -> list[TableSchema]:

@@ -7,7 +7,11 @@ statement alone determines, is applied in place:
 
 * ADD of a column with a constant DEFAULT, DEFAULT NULL, or none (a NOT NULL column then holds MariaDB's
   implicit default: 0, '', the first ENUM member). A function, an expression, a temporal, binary or JSON
-  value is not derived here: the server may compute it per row or in its own time zone;
+  value is not derived here: the server may compute it per row or in its own time zone. Nor is a constant
+  whose value depends on the sql_mode of the statement's session, which the stream does not read: a string in
+  double quotes (a column's name under ANSI_QUOTES), one with a backslash (NO_BACKSLASH_ESCAPES), '' for a
+  nullable column (NULL under EMPTY_STRING_IS_NULL). The resync costs a re-snapshot; a guess would give every
+  existing row a wrong value;
 * DROP of a column outside the primary key and the chunk key;
 * RENAME COLUMN, CHANGE a b, of a column outside the keys;
 * a MODIFY/CHANGE that keeps the type or widens it: a wider integer, a decimal with at least as many digits on
@@ -18,7 +22,10 @@ statement alone determines, is applied in place:
 
 Anything else is a reason, and the caller re-snapshots the table. The exact types of added and retyped
 columns (character set, collation, lengths) are taken from the table's definition now, which must show what
-the statement wrote: a definition that moved on since cannot describe this version and is a reason too.
+the statement wrote: a definition that moved on since cannot describe this version and is a reason too. A
+string type written without a character set or collation has the table's default character set (MariaDB
+converts a column retyped so to it), read from the table now too: a change of that default is a resync
+(``source.ddl``), so until one the default now is the one the statement met.
 
 Column names compare case-insensitively, as the server compares them.
 """
@@ -62,6 +69,7 @@ _TYPE_ALIASES = {
     "long": "mediumtext", "long varchar": "mediumtext", "long varbinary": "mediumblob",
 }
 _TYPE_ATTRIBUTES = {"UNSIGNED", "SIGNED", "ZEROFILL", "BINARY", "ASCII", "UNICODE", "BYTE"}
+_IMPLIED_CHARSETS = {"ASCII": "latin1", "UNICODE": "ucs2"}  # NATIONAL, NCHAR and NVARCHAR: utf8mb3
 _INTEGER_TEXT = re.compile(r"[+-]?\d+")
 _DECIMAL_TEXT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)")
 _FLOAT_TEXT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
@@ -84,15 +92,17 @@ class _Slot:
 
 
 def evolve_definition(old: TableSchema, changes: Sequence[ColumnChange], now: TableSchema | None, number: int,
-                      position: EventPosition | None, statement: str) -> TableVersion | str:
+                      position: EventPosition | None, statement: str,
+                      default_charset: str | None = None) -> TableVersion | str:
     """The table's version ``number`` after an ALTER whose ``changes`` (``source.ddl.column_changes``) apply to
-    ``old``; ``now`` is the table's definition as the source shows it now (None when it cannot be read). A string
-    says why the ALTER cannot be applied in place."""
+    ``old``; ``now`` is the table's definition as the source shows it now (None when it cannot be read), and
+    ``default_charset`` its default character set now (``source.schema.table_charset``). A string says why the
+    ALTER cannot be applied in place."""
     try:
         slots = _apply(old, changes)
         columns, renamed, added = [], {}, {}
         for slot in slots:
-            columns.append(_column(slot, old, now))
+            columns.append(_column(slot, old, now, default_charset))
             if slot.origin is None:
                 added[slot.name] = _existing_value(columns[-1], slot.change)
             elif slot.name != slot.origin:
@@ -177,7 +187,7 @@ def _place(slots: list[_Slot], slot: _Slot, placement: str | None) -> None:
         raise _Refused(f"unknown column placement {placement!r}")
 
 
-def _column(slot: _Slot, old: TableSchema, now: TableSchema | None) -> Column:
+def _column(slot: _Slot, old: TableSchema, now: TableSchema | None, default_charset: str | None) -> Column:
     """The column's definition in the new version: the old one under its new name, or, for a column the statement
     added or redefined, the definition the table shows now, checked against the statement."""
     if slot.origin is not None and slot.change is None:
@@ -194,7 +204,7 @@ def _column(slot: _Slot, old: TableSchema, now: TableSchema | None) -> Column:
     except KeyError:
         raise _Refused(f"column {slot.name!r} is not in the table now: a later statement changed it") from None
     try:
-        problem = _type_difference(change.type_sql or "", col)
+        problem = _type_difference(change.type_sql or "", col, default_charset)
     except ValueError:  # a parameter that is no number
         problem = "the type is not read"
     if problem is not None:
@@ -240,7 +250,7 @@ class _WrittenType:
     base: str  # information_schema's DATA_TYPE for it
     params: tuple[str, ...] | None
     unsigned: bool
-    charset: str | None
+    charset: str | None  # as written, or as NATIONAL, ASCII or UNICODE imply it
     collation: str | None
 
 
@@ -269,11 +279,13 @@ def _written_type(type_sql: str) -> _WrittenType | None:
                 params.append(tokens[i].text)
             i += 1
         i += 1
-    unsigned, charset, collation = False, None, None
+    unsigned, charset, collation, implied = False, None, None, None
     while i < len(tokens):
         word = words[i]
         if word in ("UNSIGNED", "ZEROFILL"):
             unsigned = True
+        elif word in _IMPLIED_CHARSETS:
+            implied = _IMPLIED_CHARSETS[word]
         elif word in ("CHARSET", "COLLATE") or (word in ("CHARACTER", "CHAR") and i + 1 < len(words)
                                                 and words[i + 1] == "SET"):
             i += 1 if word in ("CHARSET", "COLLATE") else 2
@@ -287,15 +299,20 @@ def _written_type(type_sql: str) -> _WrittenType | None:
             return None
         i += 1
     name = " ".join(base).lower()
+    if name.startswith(("national ", "nchar", "nvarchar")):
+        implied = "utf8mb3"
     name = _TYPE_ALIASES.get(name, name)
     if name == "float" and params is not None and len(params) == 1 and params[0].isdigit():
         name, params = ("float" if int(params[0]) <= 24 else "double"), None
-    return _WrittenType(name, None if params is None else tuple(params), unsigned, charset, collation)
+    return _WrittenType(name, None if params is None else tuple(params), unsigned, charset or implied, collation)
 
 
-def _type_difference(type_sql: str, col: Column) -> str | None:
+def _type_difference(type_sql: str, col: Column, default_charset: str | None) -> str | None:
     """How ``col`` differs from the type the statement wrote, in base type, parameters, sign, character set and
-    collation; None when it is that type (display widths of integers and TEXT(n) lengths aside)."""
+    collation; None when it is that type (display widths of integers and TEXT(n) lengths aside).
+
+    A string type that names neither a character set nor a collation has the table's default character set: the
+    server converts a column retyped so to it, whatever it had. A collation names its own."""
     written = _written_type(type_sql)
     if written is None:
         return "the type is not read"
@@ -332,8 +349,13 @@ def _type_difference(type_sql: str, col: Column) -> str | None:
         shown = re.search(r"\((.*)\)", col.column_type)
         if shown is None or shown.group(1).replace(" ", "").lower() != ",".join(params).lower():
             return "the parameters differ"
-    if written.charset is not None and _charset(written.charset) != _charset(col.charset):
-        return f"character set {written.charset} is not {col.charset}"
+    charset = written.charset
+    if charset is None and written.collation is None and t in _STRING_TYPES:
+        if default_charset is None:
+            raise _Refused(f"column {col.name!r} takes the table's default character set, which is not known")
+        charset = default_charset
+    if charset is not None and _charset(charset) != _charset(col.charset):
+        return f"character set {charset} is not {col.charset}"
     if written.collation is not None and _collation(written.collation) != _collation(col.collation):
         return f"collation {written.collation} is not {col.collation}"
     return None
@@ -360,8 +382,10 @@ def _check_retype(old: Column, new: Column, key: bool) -> None:
     if key:
         raise _Refused(f"the type of column {new.name!r} changes, and the sinks key the rows by it")
     if not _widens(old, new):
-        raise _Refused(f"column {new.name!r} changes from {old.column_type} to {new.column_type}, which may change "
-                       "values it holds")
+        before, after = old.column_type, new.column_type
+        if old.charset and new.charset and _charset(old.charset) != _charset(new.charset):
+            before, after = f"{before} character set {old.charset}", f"{after} character set {new.charset}"
+        raise _Refused(f"column {new.name!r} changes from {before} to {after}, which may change values it holds")
     try:
         before, after = sink_type(old).spark, sink_type(new).spark
     except UnsupportedColumnType as exc:
@@ -423,6 +447,8 @@ def _existing_value(col: Column, change: ColumnChange) -> Any:
     if change.default_sql is None:
         return None if col.nullable else _implicit_default(col)
     kind, text = _literal(change.default_sql)
+    if kind == "string" and text == "" and col.nullable:  # under that mode NOT NULL DEFAULT '' is an error
+        raise _Refused(f"the DEFAULT {change.default_sql} is NULL under the sql_mode EMPTY_STRING_IS_NULL")
     if kind == "null":
         if not col.nullable:
             raise _Refused(NOT_DERIVABLE)
@@ -432,7 +458,8 @@ def _existing_value(col: Column, change: ColumnChange) -> Any:
 
 def _literal(sql: str) -> tuple[str, str | None]:
     """A DEFAULT expression as ("null", None), ("number", text) or ("string", value); a reason for anything else
-    (functions, expressions, hexadecimal and bit strings, strings with a character set introducer)."""
+    (functions, expressions, hexadecimal and bit strings, strings with a character set introducer), and for a
+    string whose value depends on the sql_mode of the statement's session, which the stream does not read."""
     try:
         expr = sqlglot.parse_one(sql, read="mysql")
     except Exception:  # sqlglot raises more than ParseError on input it does not expect
@@ -449,6 +476,8 @@ def _literal(sql: str) -> tuple[str, str | None]:
     if type(expr) is exp.Literal and not expr.is_string:
         return "number", ("-" if negative else "") + expr.this
     if type(expr) is exp.Literal and not negative:
+        if sql[expr.meta.get("start", 0):].startswith('"'):
+            raise _Refused(f"the DEFAULT {sql} names a column under the sql_mode ANSI_QUOTES (or ORACLE)")
         if "\\" in sql:
             raise _Refused(f"the DEFAULT {sql} has a backslash, which means another string under the sql_mode "
                            "NO_BACKSLASH_ESCAPES")

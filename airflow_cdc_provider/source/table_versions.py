@@ -40,7 +40,7 @@ class ColumnChange:
     ``name``: the column as it was named before the statement (for ``add``: the new column). ``new_name``: its
     name after (``rename``, or ``modify`` by CHANGE a b). ``type_sql``: the column type as written, for ``add``
     and ``modify`` (``VARCHAR(40)``, ``BIGINT UNSIGNED``). ``default_sql``: the DEFAULT clause's expression as
-    written (``'x'``, ``5``, ``NULL``, ``CURRENT_TIMESTAMP``), None without one. ``placement``: ``FIRST``,
+    written (``'x'``, ``"x"``, ``5``, ``NULL``, ``CURRENT_TIMESTAMP``), None without one. ``placement``: ``FIRST``,
     ``AFTER <col>`` or None (at the end)."""
 
     kind: str

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from airflow_cdc_provider.core.chunks import TableId
-from airflow_cdc_provider.source.ddl import column_changes
-from airflow_cdc_provider.source.schema import load_schema
+from airflow_cdc_provider.source.ddl import column_changes, schema_changes
+from airflow_cdc_provider.source.schema import load_schema, table_charset
 from airflow_cdc_provider.source.schema_evolution import evolve_definition
 from airflow_cdc_provider.source.table_versions import TableVersion, upcast
 from airflow_cdc_provider.source.values import RowCanonicalizer
@@ -24,6 +24,11 @@ ROWS = [(1, 10, "bee ", "1.25", 0.1, "y", 200), (2, None, None, None, None, None
 def schema_of(db, chunk_key=None):
     with db.connection() as conn:
         return load_schema(conn, TableId(db.name, "t"), chunk_key)
+
+
+def charset_of(db):
+    with db.connection() as conn:
+        return table_charset(conn, TableId(db.name, "t"))
 
 
 def rows_of(db, schema):
@@ -48,7 +53,7 @@ def evolve(db, statement, before, chunk_key=None):
     after = schema_of(db, chunk_key)
     parsed = column_changes(statement, db.name)
     assert parsed is not None and parsed[0] == TableId(db.name, "t"), parsed
-    return evolve_definition(before, parsed[1], after, 1, None, statement), after
+    return evolve_definition(before, parsed[1], after, 1, None, statement, charset_of(db)), after
 
 
 def assert_describes(version, before, after, rows_before, rows_after):
@@ -78,6 +83,8 @@ def assert_describes(version, before, after, rows_before, rows_after):
     "ADD c VARCHAR(3)",
     "ADD c CHAR(4) NOT NULL DEFAULT 'ab  '",
     "ADD c TEXT DEFAULT 'it''s here'",
+    "ADD c VARCHAR(5) DEFAULT 'a\"b'",
+    "ADD c VARCHAR(5) NOT NULL DEFAULT ''",  # an error under EMPTY_STRING_IS_NULL, so '' whatever the sql_mode
     "ADD c TINYINT(1) NOT NULL DEFAULT TRUE",
     "ADD c ENUM('k','l') DEFAULT 'l'",
     "ADD c SET('k','l','m') NOT NULL DEFAULT 'm,k'",
@@ -94,6 +101,8 @@ def assert_describes(version, before, after, rows_before, rows_after):
     "MODIFY a INT FIRST",
     "MODIFY b VARCHAR(40)",
     "MODIFY b TEXT",
+    "MODIFY b VARCHAR(20) BINARY",  # the table's character set, which b has: only the collation changes
+    "MODIFY b VARCHAR(20) COLLATE utf8mb4_bin",
     "MODIFY p DECIMAL(10,3)",
     "MODIFY p DECIMAL(6,2) DEFAULT 9 COMMENT 'price'",
     "MODIFY f DOUBLE",
@@ -129,6 +138,9 @@ def test_an_alter_applied_in_place_is_the_definition_and_the_rows_after_it(sourc
     ("MODIFY p DECIMAL(40,2)", "sinks changes from decimal(6,2) to string"),
     ("MODIFY b CHAR(10)", "may change values"),
     ("MODIFY b VARCHAR(10) CHARACTER SET latin1", "may change values"),
+    ("MODIFY b VARCHAR(20) COLLATE latin1_bin", "character set latin1, which may change values"),
+    ("MODIFY b NVARCHAR(20)", "character set utf8mb3, which may change values"),
+    ("MODIFY b VARCHAR(20) ASCII", "character set latin1, which may change values"),
     ("MODIFY e ENUM('y','x')", "may change values"),
     ("MODIFY a INT NOT NULL DEFAULT 0", "NOT NULL"),
     ("MODIFY id BIGINT", "key"),
@@ -154,17 +166,21 @@ def test_a_definition_that_moved_on_since_is_a_reason_and_a_chain_of_versions_ca
         db.execute(statement)
     now = schema_of(db)
     # later ALTERs that only add columns leave the first one's definition readable from the table now
-    v1 = evolve_definition(before, column_changes(first, db.name)[1], now, 1, None, first)
-    v2 = evolve_definition(v1.schema, column_changes(second, db.name)[1], now, 2, None, second)
+    charset = charset_of(db)
+    v1 = evolve_definition(before, column_changes(first, db.name)[1], now, 1, None, first, charset)
+    v2 = evolve_definition(v1.schema, column_changes(second, db.name)[1], now, 2, None, second, charset)
     assert isinstance(v1, TableVersion) and v1.schema.column_names == [*before.column_names, "c"]
     assert v1.added == {"c": "x"} and v2.added == {"d": 2} and v2.schema == now
     assert {k: upcast(r, [TableVersion(0, before), v1, v2], 0) for k, r in rows_before.items()} == rows_of(db, now)
+    # a string column typed without a character set takes the table's default, which must be known
+    no_default = evolve_definition(before, column_changes(first, db.name)[1], now, 1, None, first)
+    assert isinstance(no_default, str) and "default character set" in no_default, no_default
 
     db.execute(third)
     now = schema_of(db)
-    moved_on = evolve_definition(before, column_changes(first, db.name)[1], now, 1, None, first)
+    moved_on = evolve_definition(before, column_changes(first, db.name)[1], now, 1, None, first, charset)
     assert isinstance(moved_on, str) and "varchar(9)" in moved_on, moved_on
-    unknown = evolve_definition(before, column_changes(first, db.name)[1], None, 1, None, first)
+    unknown = evolve_definition(before, column_changes(first, db.name)[1], None, 1, None, first, charset)
     assert isinstance(unknown, str), unknown
     # a column the known definition lacks, or has already, means the statement skipped it or the definition is wrong
     gone = evolve_definition(before, column_changes("ALTER TABLE t DROP COLUMN IF EXISTS zz", db.name)[1], now, 1,
@@ -172,3 +188,71 @@ def test_a_definition_that_moved_on_since_is_a_reason_and_a_chain_of_versions_ca
     there = evolve_definition(before, column_changes("ALTER TABLE t ADD COLUMN IF NOT EXISTS a INT", db.name)[1], now,
                               1, None, "")
     assert isinstance(gone, str) and isinstance(there, str)
+
+
+@pytest.mark.parametrize("mode, alter, holds", [
+    ("ANSI_QUOTES", 'ADD c VARCHAR(10) DEFAULT "b"', lambda row: row["b"]),  # the value of column b
+    ("ORACLE", 'ADD c VARCHAR(10) DEFAULT "b"', lambda row: row["b"]),
+    ("", 'ADD c VARCHAR(10) DEFAULT "b"', lambda row: "b"),
+    ("EMPTY_STRING_IS_NULL", "ADD c VARCHAR(10) DEFAULT ''", lambda row: None),
+    ("EMPTY_STRING_IS_NULL", "ADD c ENUM('', 'k') DEFAULT ('')", lambda row: None),
+    ("", "ADD c VARCHAR(10) DEFAULT ''", lambda row: ""),
+])
+def test_a_default_whose_value_depends_on_the_sql_mode_is_a_reason(source_db, mode, alter, holds):
+    """The binlog's statement is the same under every sql_mode; what the existing rows get is not."""
+    db = source_db
+    before = make_table(db)
+    db.execute(f"SET SESSION sql_mode = '{mode}'")
+    version, after = evolve(db, f"ALTER TABLE t {alter}", before)
+    assert all(row["c"] == holds(row) for row in rows_of(db, after).values())
+    assert isinstance(version, str) and "sql_mode" in version, version
+
+
+LOSSY = [
+    ("MODIFY s VARCHAR(20)", "VARCHAR(20)", "?ü?"),
+    ("CHANGE s s VARCHAR(20)", "VARCHAR(20)", "?ü?"),
+    ("MODIFY s VARCHAR(20) BINARY", "VARCHAR(20)", "?ü?"),
+    ("MODIFY s TEXT", "TEXT", "?ü?"),
+    ("MODIFY s NVARCHAR(20)", "VARCHAR(20)", "жü?"),  # utf8mb3, whatever the table's
+]
+
+
+@pytest.mark.parametrize("alter, back, left", LOSSY)
+def test_a_string_column_retyped_without_a_character_set_takes_the_tables_and_converted_back_is_a_reason(
+        source_db, alter, back, left):
+    """The server converts the column to the table's default character set, losing what that lacks; converted back
+    by a later statement, the table shows the old character set again, and the ALTER is no widening."""
+    db = source_db
+    db.execute("CREATE TABLE t (id INT PRIMARY KEY, s VARCHAR(10) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin) "
+               "DEFAULT CHARSET=latin1")
+    db.execute("INSERT INTO t VALUES (1, 'жü😀')")
+    before = schema_of(db)
+    db.execute("SET SESSION sql_mode = ''")  # not strict: a character latin1 lacks becomes '?'
+    db.execute(f"ALTER TABLE t {alter}")
+    db.execute(f"ALTER TABLE t MODIFY s {back} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+    now = schema_of(db)
+    assert now.column("s").charset == "utf8mb4" and rows_of(db, now)[1]["s"] == left
+    version = evolve_definition(before, column_changes(f"ALTER TABLE t {alter}", db.name)[1], now, 1, None, alter,
+                                charset_of(db))
+    assert isinstance(version, str) and "character set" in version, version
+
+
+def test_a_new_default_character_set_between_is_a_resync(source_db):
+    """The table's default now is not the one an ALTER met when a statement since changed it: that statement is a
+    resync, whose re-snapshot reads what the ALTER did."""
+    db = source_db
+    db.execute("CREATE TABLE t (id INT PRIMARY KEY, s VARCHAR(10) CHARACTER SET utf8mb4) DEFAULT CHARSET=latin1")
+    db.execute("INSERT INTO t VALUES (1, 'жü')")
+    before = schema_of(db)
+    db.execute("SET SESSION sql_mode = ''")
+    statements = ["ALTER TABLE t MODIFY s VARCHAR(20)", "ALTER TABLE t DEFAULT CHARSET=utf8mb4",
+                  "ALTER TABLE t MODIFY s VARCHAR(20)"]
+    for statement in statements:
+        db.execute(statement)
+    now = schema_of(db)
+    assert rows_of(db, now)[1]["s"] == "?ü"
+    taken = evolve_definition(before, column_changes(statements[0], db.name)[1], now, 1, None, statements[0],
+                              charset_of(db))
+    assert isinstance(taken, TableVersion)  # the default the ALTER met is gone from the table
+    assert [c.kind for c in schema_changes(statements[1], db.name, {TableId(db.name, "t")}.__contains__)] == [
+        "resync"]

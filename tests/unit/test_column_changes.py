@@ -42,6 +42,12 @@ def changes_of(statement, database="db"):
      [add("c", "DATETIME", default_sql="CURRENT_TIMESTAMP()")]),
     ("ALTER TABLE t ADD c INT DEFAULT (1 + 2)", [add("c", "INT", default_sql="(1 + 2)")]),
     ("ALTER TABLE t ADD c VARCHAR(5) DEFAULT 'it''s'", [add("c", "VARCHAR(5)", default_sql="'it''s'")]),
+    # a string in double quotes stays so: under the sql_mode ANSI_QUOTES it is a column's name
+    ('ALTER TABLE t ADD c VARCHAR(5) DEFAULT "s"', [add("c", "VARCHAR(5)", default_sql='"s"')]),
+    ('ALTER TABLE t ADD COLUMN (a INT, c VARCHAR(5) DEFAULT  ("it""s") COLLATE utf8mb4_bin)',
+     [add("a", "INT"), add("c", "VARCHAR(5) COLLATE utf8mb4_bin", default_sql='("it""s")')]),
+    ('ALTER TABLE t ADD c VARCHAR(5) DEFAULT \'a"b\'', [add("c", "VARCHAR(5)", default_sql='\'a"b\'')]),
+    ("ALTER TABLE t ADD c VARCHAR(5) DEFAULT ''", [add("c", "VARCHAR(5)", default_sql="''")]),
     ("ALTER TABLE t ADD COLUMN IF NOT EXISTS c INT", [add("c", "INT")]),
     ("ALTER TABLE t ADD `my col` INT(11) SIGNED NOT NULL", [add("my col", "INT(11) SIGNED", nullable=False)]),
     ("ALTER TABLE t ADD c ENUM('a','b''c') NOT NULL DEFAULT 'a'",
@@ -74,6 +80,9 @@ def changes_of(statement, database="db"):
     ("ALTER TABLE t MODIFY COLUMN c ENUM('a','b') NOT NULL DEFAULT 'a'",
      [modify("c", "ENUM('a','b')", nullable=False, default_sql="'a'")]),
     ("ALTER TABLE t MODIFY COLUMN IF EXISTS c BIGINT UNSIGNED", [modify("c", "BIGINT UNSIGNED")]),
+    ('ALTER TABLE t MODIFY COLUMN IF EXISTS c CHAR(2) DEFAULT "x"', [modify("c", "CHAR(2)", default_sql='"x"')]),
+    ("ALTER TABLE t MODIFY c NVARCHAR(9) BINARY", [modify("c", "NVARCHAR(9) BINARY")]),
+    ("ALTER TABLE t CHANGE c d CHAR(3) ASCII", [modify("c", "CHAR(3) ASCII", "d")]),
 ])
 def test_column_specifications_as_written(statement, expected):
     assert changes_of(statement) == expected
@@ -121,6 +130,8 @@ def test_the_table_in_the_current_database_or_as_qualified(statement, database, 
     "ALTER IGNORE TABLE t ADD c INT",
     "ALTER TABLE t ENGINE=BLACKHOLE",
     "ALTER TABLE t CONVERT TO CHARACTER SET utf8mb4",
+    "ALTER TABLE t DEFAULT CHARSET=latin1",
+    "ALTER TABLE t MODIFY c VARCHAR(9), COLLATE latin1_bin",
     "ALTER TABLE t ADD PARTITION (PARTITION p1 VALUES LESS THAN (10))",
     "ALTER TABLE t TRUNCATE PARTITION p1",
     "ALTER TABLE t ADD PRIMARY KEY (a)",

@@ -197,11 +197,11 @@ def test_primary_key_replaced_with_a_new_column():
     "ALTER TABLE t ENGINE=InnoDB", "ALTER TABLE t ENGINE InnoDB",
     "ALTER TABLE t COMMENT='x'", "ALTER TABLE t COMMENT 'x'",
     "ALTER TABLE t AUTO_INCREMENT=5", "ALTER TABLE t ROW_FORMAT=DYNAMIC", "ALTER TABLE t KEY_BLOCK_SIZE=8",
-    "ALTER TABLE t DEFAULT CHARACTER SET utf8mb4", "ALTER TABLE t STATS_PERSISTENT=0", "ALTER TABLE t FORCE",
+    "ALTER TABLE t STATS_PERSISTENT=0", "ALTER TABLE t FORCE",
     "ALTER TABLE t ENGINE=InnoDB, ALGORITHM=INPLACE, LOCK=NONE",
     "ALTER TABLE t ORDER BY a, b", "ALTER TABLE t DISABLE KEYS",
     "ALTER TABLE t ENABLE KEYS", "ALTER TABLE t", "ALTER TABLE t ADD INDEX i (c), COMMENT='x', FORCE",
-    "ALTER TABLE t DELAY_KEY_WRITE=1, CHECKSUM=1", "ALTER TABLE t TABLESPACE ts", "ALTER TABLE t COLLATE utf8mb4_bin",
+    "ALTER TABLE t DELAY_KEY_WRITE=1, CHECKSUM=1", "ALTER TABLE t TABLESPACE ts",
 ])
 def test_alter_that_leaves_row_images_unchanged_is_nothing(statement):
     assert changes(statement) == []
@@ -236,6 +236,21 @@ def test_a_cascading_key_of_another_table_to_a_captured_one_is_nothing():
     """The referencing table's rows change without row events; the captured table, referenced, has its own."""
     assert changes("ALTER TABLE child ADD FOREIGN KEY (p) REFERENCES t (id) ON DELETE CASCADE") == []
     assert changes("ALTER TABLE t COMMENT 'ON DELETE CASCADE'") == []  # a string, no key
+
+
+@pytest.mark.parametrize("statement, detail", [
+    ("ALTER TABLE t DEFAULT CHARACTER SET utf8mb4", "default character set"),
+    ("ALTER TABLE t CHARSET=latin1", "default character set"),
+    ("ALTER TABLE t COLLATE utf8mb4_bin", "default character set"),
+    ("ALTER TABLE t ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin", "default character set"),
+    ("ALTER TABLE t ADD INDEX i (c), DEFAULT CHARSET latin1", "default character set"),
+    ("ALTER TABLE t MODIFY c varchar(20), CHARACTER SET = latin1", "modify column c, default character set"),
+])
+def test_a_new_default_character_set_is_a_resync(statement, detail):
+    """The rows stay as they are, but a column a later ALTER types without a character set takes the new default,
+    and the stream reads the default from the table when it reaches that ALTER: one that changed since would be
+    taken for the one the ALTER met."""
+    assert changes(statement) == [("resync", "db.t", detail)]
 
 
 @pytest.mark.parametrize("statement", [
