@@ -117,7 +117,7 @@ _ROW_KEEPING_OPTION_WORDS = frozenset({("CHECKSUM",), ("TABLESPACE",), ("DATA", 
 # key's row-changing actions: see ``_Reader.row_changing_actions``)
 _ADDED_INDEXES = frozenset({"INDEX", "KEY", "UNIQUE", "FULLTEXT", "SPATIAL", "FOREIGN KEY", "CHECK", "CONSTRAINT"})
 # a foreign key's action that changes the referencing rows when the referenced ones change, in a statement's keywords
-_ROW_CHANGING_ACTION = re.compile(r"\bON (DELETE|UPDATE) (CASCADE|SET NULL|SET DEFAULT)\b")
+ROW_CHANGING_ACTION = re.compile(r"\bON (DELETE|UPDATE) (CASCADE|SET NULL|SET DEFAULT)\b")
 
 
 def mentions_captured(statement: str, names: Iterable[str]) -> bool:
@@ -490,7 +490,7 @@ class _Reader:
         (``ON DELETE CASCADE``, ``ON UPDATE SET NULL``, ...). InnoDB takes them inside the engine and MariaDB logs
         no row event for them, so the sink would keep rows the source deleted or changed."""
         words = " ".join(t.text.upper() if _is_bare(t) else "?" for t in self.tokens[self.i:])
-        return [f"ON {event} {action}" for event, action in _ROW_CHANGING_ACTION.findall(words)]
+        return [f"ON {event} {action}" for event, action in ROW_CHANGING_ACTION.findall(words)]
 
     def all_words(self) -> set[str]:
         """The keywords from here on, word by word (sqlglot makes one token of PRIMARY KEY, PARTITION BY, ...)."""
@@ -772,18 +772,19 @@ def _read_alter_tree(tree: exp.Alter, effect: _AlterEffect, reader: _Reader) -> 
         if isinstance(option, _DEFAULT_CHARSET_OPTIONS):
             if _DEFAULT_CHARSET_CHANGE not in effect.changes:  # CHARACTER SET x COLLATE y: two options
                 effect.changes.append(_DEFAULT_CHARSET_CHANGE)
-        elif isinstance(option, exp.EngineProperty) and not _keeps_rows(option):
-            effect.changes.append(f"moved to the {option.name.strip(_QUOTES)} storage engine, whose rows change "
-                                  "without row events of the table")
         elif not _keeps_rows(option):
-            effect.changes.append(_not_understood(option.sql("mysql")))
+            if isinstance(option, exp.EngineProperty):
+                effect.changes.append(f"moved to the {option.name.strip(_QUOTES)} storage engine, whose rows change "
+                                      "without row events of the table")
+            else:
+                effect.changes.append(_not_understood(option.sql("mysql")))
 
 
 def _keeps_rows(option: exp.Expression) -> bool:
-    """A table option of sqlglot's tree known to leave the rows as they are: ENGINE=, COMMENT=, AUTO_INCREMENT=,
-    ROW_FORMAT=, ALGORITHM=, LOCK=, FORCE, ORDER BY and the plain ``NAME=value`` options (KEY_BLOCK_SIZE=,
-    STATS_PERSISTENT=, ...). Any other kind of option (one sqlglot may learn to parse, such as PARTITION BY) is
-    not known to."""
+    """A table option of sqlglot's tree known to leave the rows as they are: ENGINE= one of ROW_LOGGING_ENGINES,
+    COMMENT=, AUTO_INCREMENT=, ROW_FORMAT=, ALGORITHM=, LOCK=, FORCE, ORDER BY and the plain ``NAME=value``
+    options (KEY_BLOCK_SIZE=, STATS_PERSISTENT=, ...). Any other kind of option (one sqlglot may learn to parse,
+    such as PARTITION BY) is not known to."""
     if isinstance(option, exp.EngineProperty):
         return option.name.strip(_QUOTES).upper() in ROW_LOGGING_ENGINES
     return type(option) is exp.Property or isinstance(option, _ROW_KEEPING_OPTIONS)

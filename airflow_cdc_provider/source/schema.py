@@ -259,11 +259,21 @@ def load_schema(conn: Any, table: TableId, chunk_key: str | Sequence[str] | None
 def table_charset(conn: Any, table: TableId) -> str | None:
     """The table's default character set, which a column the table's statements type without one takes; None when
     the table is not there. A collation's name begins with its character set's."""
+    collation = _table_option(conn, table, "TABLE_COLLATION")
+    return collation.split("_", 1)[0] if collation else None
+
+
+def table_engine(conn: Any, table: TableId) -> str | None:
+    """The table's storage engine as the server names it (``InnoDB``); None when the table is not there."""
+    return _table_option(conn, table, "ENGINE")
+
+
+def _table_option(conn: Any, table: TableId, column: str) -> str | None:
     with conn.cursor() as cur:
-        cur.execute("SELECT TABLE_COLLATION FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+        cur.execute(f"SELECT {column} FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
                     (table.database, table.table))
         row = cur.fetchone()
-    return str(row[0]).split("_", 1)[0] if row and row[0] else None
+    return str(row[0]) if row and row[0] else None
 
 
 def load_schemas(

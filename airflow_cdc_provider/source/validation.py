@@ -38,7 +38,7 @@ from airflow_cdc_provider.compat import replication
 from airflow_cdc_provider.core.chunks import TableId
 from airflow_cdc_provider.core.records import null_key_message
 from airflow_cdc_provider.sinks.types import UnsupportedColumnType, sink_type
-from airflow_cdc_provider.source.ddl import ROW_LOGGING_ENGINES
+from airflow_cdc_provider.source.ddl import ROW_CHANGING_ACTION, ROW_LOGGING_ENGINES
 from airflow_cdc_provider.source.generated_columns import session_dependence
 from airflow_cdc_provider.source.schema import (
     Column,
@@ -50,6 +50,7 @@ from airflow_cdc_provider.source.schema import (
     is_exact,
     list_tables,
     load_schema,
+    table_engine,
 )
 from airflow_cdc_provider.source.key_order import pads_spaces
 from airflow_cdc_provider.source.server import ServerInfo, SourceError, prepared_xa_transactions, server_info, variables
@@ -196,8 +197,7 @@ def check_foreign_key_actions(conn: Any, table: TableId) -> list[str]:
         return [f"cannot read the definition of table {str(table)!r} (SHOW CREATE TABLE): {exc}"]
     problems = []
     for m in _FOREIGN_KEY_LINE.finditer(row[1] if row else ""):
-        rules = [f"ON {what} {rule}" for what, rule in re.findall(r"ON (DELETE|UPDATE) (CASCADE|SET NULL|SET DEFAULT)",
-                                                                   m.group("actions"))]
+        rules = [f"ON {what} {rule}" for what, rule in ROW_CHANGING_ACTION.findall(m.group("actions"))]
         if not rules:
             continue
         name = unquote_ident(m.group("name"))
@@ -215,11 +215,7 @@ def check_storage_engine(conn: Any, table: TableId) -> list[str]:
     """A table of an engine whose rows change without row events of the table in this server's binlog (BLACKHOLE
     keeps none, MERGE shows other tables' rows, FEDERATED, CONNECT and SPIDER another server's, ColumnStore's bulk
     loads bypass the binlog): the sink would miss changes. Refused, naming the engine and the fix."""
-    with conn.cursor() as cur:
-        cur.execute("SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
-                    (table.database, table.table))
-        row = cur.fetchone()
-    engine = row[0] if row else None
+    engine = table_engine(conn, table)
     if engine is None or engine.upper() in ROW_LOGGING_ENGINES:
         return []
     return [f"table {str(table)!r} uses the {engine} storage engine, whose rows change without row events of the "

@@ -36,6 +36,22 @@ def read(db, start, stop, schemas, server_id, compiled=True, covered_through=Non
     return list(read_changes_between(db.settings, server_id, start, stop, {s.table: s for s in schemas}, reader))
 
 
+def tables_of_one_row(db, *names):
+    """Tables ``names`` (id INT PRIMARY KEY) holding the row 1, as the reader knows them."""
+    for name in names:
+        db.execute(f"CREATE TABLE {name} (id INT PRIMARY KEY)")
+        db.execute(f"INSERT INTO {name} VALUES (1)")
+    return [schema_of(db, name) for name in names]
+
+
+def read_statements(db, schemas, server_id, statements):
+    """What the reader makes of ``statements``, run one after the other."""
+    start = offset(db)
+    for statement in statements:
+        db.execute(statement)
+    return read(db, start, offset(db), schemas, server_id)
+
+
 @pytest.mark.parametrize("compiled", [True, False], ids=["packet-reader", "library-reader"])
 def test_statements_of_captured_tables_are_records_at_their_positions(source_db, server_id, compiled):
     db = source_db
@@ -63,16 +79,9 @@ def test_statements_of_captured_tables_are_records_at_their_positions(source_db,
 
 def test_a_dropped_and_a_renamed_table_are_drop_records(source_db, server_id):
     db = source_db
-    for name in ("t", "u"):
-        db.execute(f"CREATE TABLE {name} (id INT PRIMARY KEY)")
-        db.execute(f"INSERT INTO {name} VALUES (1)")
-    schemas = [schema_of(db, "t"), schema_of(db, "u")]
-    start = offset(db)
-    db.execute("INSERT INTO t VALUES (2)")
-    db.execute("DROP TABLE t")
-    db.execute("RENAME TABLE u TO u_old")
-    stop = offset(db)
-    got = read(db, start, stop, schemas, server_id)
+    schemas = tables_of_one_row(db, "t", "u")
+    got = read_statements(db, schemas, server_id,
+                          ["INSERT INTO t VALUES (2)", "DROP TABLE t", "RENAME TABLE u TO u_old"])
     assert [type(r).__name__ for r in got] == ["ChangeRecord", "SchemaChange", "SchemaChange"]
     assert [(r.kind, r.table.table) for r in got[1:]] == [("drop", "t"), ("drop", "u")]
     assert "u_old" in got[2].detail
@@ -107,16 +116,10 @@ def test_a_table_created_again_under_its_name_is_a_resync_not_decoded_with_the_o
 def test_statements_run_under_set_statement_are_read_as_their_statement(source_db, server_id):
     """MariaDB logs ``SET STATEMENT var=value FOR <statement>`` as typed: the statement's change is still read."""
     db = source_db
-    for name in ("t", "u"):
-        db.execute(f"CREATE TABLE {name} (id INT PRIMARY KEY)")
-        db.execute(f"INSERT INTO {name} VALUES (1)")
-    schemas = [schema_of(db, "t"), schema_of(db, "u")]
-    start = offset(db)
-    db.execute("SET STATEMENT max_statement_time=100 FOR TRUNCATE TABLE t")
-    db.execute("INSERT INTO t VALUES (2)")
-    db.execute("SET STATEMENT lock_wait_timeout=30, max_statement_time=100 FOR RENAME TABLE u TO u_old")
-    stop = offset(db)
-    got = read(db, start, stop, schemas, server_id)
+    schemas = tables_of_one_row(db, "t", "u")
+    got = read_statements(db, schemas, server_id, [
+        "SET STATEMENT max_statement_time=100 FOR TRUNCATE TABLE t", "INSERT INTO t VALUES (2)",
+        "SET STATEMENT lock_wait_timeout=30, max_statement_time=100 FOR RENAME TABLE u TO u_old"])
     summary = [r.kind if isinstance(r, SchemaChange) else (r.op, r.key) for r in got]
     assert summary == ["truncate", ("c", (2,)), "drop"], summary
     assert got[2].table.table == "u" and "u_old" in got[2].detail
